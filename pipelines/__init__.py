@@ -1,0 +1,11 @@
+"""Beam pipelines that turn documents into ALBERT pretraining shards, in data-flow order.
+
+- ``corpus``    documents with stable ids (embedded default: Python's own documentation) → ``data/corpus/``
+- ``segment``   documents → normalised sentences                                         → ``data/sentences/``
+- ``vocab``     a hash-bounded sentence sample → SentencePiece unigram model              → ``data/vocab/``
+- ``instances`` SOP pairs with n-gram masks → Arrow IPC shards + ``manifest.json``        → ``data/shards/``
+
+Each stage runs as ``python -m pipelines.<stage>`` (``--help`` lists its flags; unknown flags go to Beam) and
+under ``dvc repro``. Pure algorithm modules (``textnorm``, ``sentences``, ``sop``, ``masking``, ``shards``,
+``seeding``) import neither Beam nor torch.
+"""

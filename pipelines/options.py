@@ -1,0 +1,122 @@
+"""Command-line and params.yaml handling shared by every stage.
+
+A stage declares its knobs as a dataclass; ``parse_stage_args`` turns each field into a ``--flag`` whose default
+comes from the stage's section of ``params.yaml`` (so DVC tracks it), and hands every flag it does not know to
+Beam's ``PipelineOptions`` untouched, so ``--runner DataflowRunner --temp_location gs://...`` works unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+__all__ = ["StageArgs", "load_params", "parse_stage_args"]
+
+C = TypeVar("C")
+
+
+@dataclasses.dataclass
+class StageArgs:
+    """What a stage gets from its command line: its typed config, its I/O paths and Beam's options."""
+
+    config: Any
+    paths: dict[str, str]
+    beam: PipelineOptions
+    params_file: str | None
+
+
+def load_params(path: str | os.PathLike | None, section: str) -> dict[str, Any]:
+    """Returns ``params.yaml``'s ``section`` plus the top-level ``seed``; {} when there is no file."""
+    if path is None or not Path(path).exists():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        params = yaml.safe_load(f) or {}
+    values = dict(params.get(section) or {})
+    if "seed" in params:
+        values.setdefault("seed", params["seed"])
+    return values
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hints: dict[str, Any]) -> None:
+    hint = hints[field.name]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):  # Optional[X] → X
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        origin = typing.get_origin(hint)
+    kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
+    if hint is bool:
+        kwargs["type"] = _parse_bool
+    elif origin in (list, tuple):
+        kwargs.update(nargs="*", type=typing.get_args(hint)[0])
+    else:
+        kwargs["type"] = hint
+    doc = field.metadata.get("help", "")
+    parser.add_argument(f"--{field.name}", help=f"{doc} (params.yaml or built-in default)", **kwargs)
+
+
+def parse_stage_args(
+    argv: list[str] | None,
+    config_cls: type[C],
+    section: str,
+    paths: dict[str, str],
+    description: str,
+) -> StageArgs:
+    """Splits ``argv`` into the stage's config (dataclass ``config_cls``), its paths and Beam's options.
+
+    Args:
+        argv: the command line without the program name; None reads ``sys.argv``.
+        config_cls: the stage's dataclass of knobs; each field becomes ``--field``.
+        section: the ``params.yaml`` section holding the stage's values.
+        paths: flag name → help for the stage's required input/output paths.
+        description: ``--help`` text.
+
+    Precedence: command-line flag > ``params.yaml`` > the dataclass default.
+    """
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    parser.add_argument("--params", default="params.yaml", help="params file holding the stage's section")
+    for name, help_text in paths.items():
+        parser.add_argument(f"--{name}", required=True, help=help_text)
+    hints = typing.get_type_hints(config_cls)
+    for field in dataclasses.fields(config_cls):
+        _add_field(parser, field, hints)
+    known, beam_argv = parser.parse_known_args(argv)
+    values = load_params(known.params, section)
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - names - {"seed"})
+    if unknown:
+        raise SystemExit(f"{known.params}: unknown keys in section '{section}': {', '.join(unknown)}")
+    values = {k: v for k, v in values.items() if k in names}
+    values.update({k: getattr(known, k) for k in names if hasattr(known, k)})
+    config = config_cls(**values)
+    beam = PipelineOptions(beam_argv)
+    _default_to_local_multiprocessing(beam, beam_argv)
+    params_file = known.params if Path(known.params).exists() else None
+    return StageArgs(config, {k: getattr(known, k) for k in paths}, beam, params_file)
+
+
+def _default_to_local_multiprocessing(beam: PipelineOptions, beam_argv: list[str]) -> None:
+    # DirectRunner's default in_memory mode uses one core; Beam's own multi-processing mode uses them all.
+    if beam.view_as(StandardOptions).runner not in (None, "DirectRunner", "direct"):
+        return
+    direct = beam.view_as(DirectOptions)
+    if not any(a.startswith("--direct_running_mode") for a in beam_argv):
+        direct.direct_running_mode = "multi_processing"
+    if not any(a.startswith("--direct_num_workers") for a in beam_argv):
+        direct.direct_num_workers = os.cpu_count() or 1
