@@ -15,10 +15,12 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+import apache_beam as beam
 import yaml
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-__all__ = ["StageArgs", "load_params", "parse_stage_args"]
+__all__ = ["StageArgs", "load_params", "parse_stage_args", "run_and_count"]
 
 C = TypeVar("C")
 
@@ -120,3 +122,17 @@ def _default_to_local_multiprocessing(beam: PipelineOptions, beam_argv: list[str
         direct.direct_running_mode = "multi_processing"
     if not any(a.startswith("--direct_num_workers") for a in beam_argv):
         direct.direct_num_workers = os.cpu_count() or 1
+
+
+def run_and_count(pipeline: beam.Pipeline) -> dict[str, int]:
+    """Runs ``pipeline`` to completion and returns its counters by name (summed over steps), sorted.
+
+    The stages write these into their stats/manifest files, so what was dropped or split, and why, is on record.
+    """
+    result = pipeline.run()
+    result.wait_until_finish()
+    totals: dict[str, int] = {}
+    for counter in result.metrics().query(MetricsFilter())["counters"]:
+        name = counter.key.metric.name
+        totals[name] = totals.get(name, 0) + int(counter.committed or counter.attempted or 0)
+    return dict(sorted(totals.items()))

@@ -1,0 +1,223 @@
+"""instances stage: sentences → Arrow IPC shards of SOP pairs with n-gram masks, plus ``manifest.json``.
+
+Run: ``python -m pipelines.instances --input data/sentences --spiece data/vocab/spiece.model --output data/shards``
+(any Beam option may follow, e.g. ``--direct_num_workers 2`` or ``--runner DataflowRunner ...``).
+
+Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker builds every instance of one file
+(all ``dupe_factor`` duplicates), sorts them by a stable per-row key and writes the two shards. The work unit
+is a file of bounded size, so memory stays flat however large the corpus, and nothing gathers all instances.
+A document is held out for validation by the hash of its id, so changing the seed keeps the split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+import pyarrow as pa
+import sentencepiece as spm
+from apache_beam.metrics import Metrics
+
+from pipelines.files import (
+    delete_if_exists,
+    join,
+    match_paths,
+    read_bytes,
+    read_parquet,
+    sha256_hex,
+    write_bytes_atomically,
+    write_json_atomically,
+)
+from pipelines.instance import document_instances
+from pipelines.masking import MaskingConfig, TokenClasses
+from pipelines.options import parse_stage_args, run_and_count
+from pipelines.seeding import rng_for, stable_hash64, unit_interval
+from pipelines.shards import (
+    MANIFEST,
+    SCHEMA_VERSION,
+    SPIECE,
+    Manifest,
+    ShardBuilder,
+    ShardInfo,
+    serialize_shard,
+    shard_info,
+    shard_name,
+    shard_schema,
+)
+from pipelines.sop import PairConfig, randint
+
+__all__ = ["BuildInstances", "InstancesConfig", "run"]
+
+
+@dataclass
+class InstancesConfig:
+    seed: int = field(default=12345, metadata={"help": "seed of every random choice"})
+    max_seq_length: int = field(default=512, metadata={"help": "tokens per sequence, specials included"})
+    short_seq_prob: float = field(default=0.1, metadata={"help": "share of pairs built for a shorter target"})
+    dupe_factor: int = field(default=40, metadata={"help": "passes over each training document, new masks each"})
+    masked_lm_prob: float = field(default=0.15, metadata={"help": "share of tokens to predict"})
+    max_predictions_per_seq: int = field(default=20, metadata={"help": "cap on predictions per sequence"})
+    ngram: int = field(default=3, metadata={"help": "longest masked span, in words"})
+    favor_shorter_ngram: bool = field(default=True, metadata={"help": "p(n) proportional to 1/n"})
+    inter_sentence: str = field(default="sop", metadata={"help": "sop | nsp | none"})
+    validation_fraction: float = field(default=0.02, metadata={"help": "share of documents held out"})
+    validation_dupe_factor: int = field(default=1, metadata={"help": "passes over each validation document"})
+
+    @property
+    def pairs(self) -> PairConfig:
+        return PairConfig(self.max_seq_length, self.short_seq_prob, self.inter_sentence)
+
+    @property
+    def masking(self) -> MaskingConfig:
+        return MaskingConfig(self.masked_lm_prob, self.max_predictions_per_seq, self.ngram, self.favor_shorter_ngram)
+
+
+class _BuildShardsFn(beam.DoFn):
+    """Builds and writes the two shards of one sentence file; loads SentencePiece once per worker."""
+
+    def __init__(self, spiece: str, output: str, num_files: int, config: InstancesConfig) -> None:
+        self.spiece, self.output, self.num_files, self.config = spiece, output, num_files, config
+        self.documents = Metrics.counter(self.__class__, "documents")
+        self.instances = Metrics.counter(self.__class__, "instances")
+        self.tokens = Metrics.counter(self.__class__, "tokens")
+        self.masked = Metrics.counter(self.__class__, "masked_tokens")
+
+    def setup(self) -> None:
+        self.sp = spm.SentencePieceProcessor(model_proto=read_bytes(self.spiece))
+        pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
+        self.classes = TokenClasses.from_pieces(pieces)
+        self.schema = shard_schema(len(pieces), self.config.max_seq_length)
+
+    def process(self, indexed_path: tuple[int, str]) -> Iterator[ShardInfo]:
+        index, path = indexed_path
+        table = read_parquet(path, columns=["id", "sentences"])
+        ids = table.column("id").to_pylist()
+        sentences = table.column("sentences").to_pylist()
+        # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence.
+        flat = self.sp.encode([s for doc in sentences for s in doc])
+        documents, start = [], 0
+        for doc in sentences:
+            documents.append(flat[start : start + len(doc)])
+            start += len(doc)
+        builders = {split: ShardBuilder(self.schema) for split in ("train", "validation")}
+        for position, (document_id, segments) in enumerate(zip(ids, documents, strict=True)):
+            held_out = unit_interval("validation", document_id) < self.config.validation_fraction
+            split = "validation" if held_out else "train"
+            dupes = self.config.validation_dupe_factor if held_out else self.config.dupe_factor
+            for duplicate in range(dupes):
+                other = _other_document(documents, position, rng_for(self.config.seed, document_id, duplicate, "nsp"))
+                self._add(builders[split], segments, document_id, duplicate, other)
+            self.documents.inc()
+        for split, builder in builders.items():
+            name = shard_name(split, index, self.num_files)
+            table = builder.table()
+            data = serialize_shard(table)
+            write_bytes_atomically(join(self.output, name), data)
+            yield shard_info(name, split, table, data)
+
+    def _add(self, builder: ShardBuilder, segments, document_id: str, duplicate: int, other) -> None:
+        config = self.config
+        instances = document_instances(
+            segments, document_id, duplicate, config.seed, config.pairs, config.masking, self.classes, other
+        )
+        for k, instance in enumerate(instances):
+            lists = {
+                "input_ids": instance.input_ids,
+                "token_type_ids": instance.token_type_ids,
+                "masked_lm_positions": instance.masked_lm_positions,
+                "masked_lm_ids": instance.masked_lm_ids,
+            }
+            scalars = {
+                "sentence_order_label": instance.sentence_order_label,
+                "document_id": document_id,
+                "duplicate": duplicate,
+                "target_length": instance.target_length,
+            }
+            builder.add(stable_hash64("row", document_id, duplicate, k), lists, scalars)
+            self.instances.inc()
+            self.tokens.inc(len(instance.input_ids))
+            self.masked.inc(len(instance.masked_lm_positions))
+
+
+def _other_document(documents: list, position: int, rng):
+    """Returns a function drawing another document of the same file: BERT's NSP negatives, used by ``nsp`` only."""
+
+    def draw():
+        if len(documents) < 2:
+            return []
+        pick = randint(rng, 0, len(documents) - 2)
+        return documents[pick + (pick >= position)]
+
+    return draw
+
+
+class BuildInstances(beam.PTransform):
+    """(file index, sentence file path) → the ``ShardInfo`` of the two shards written for it."""
+
+    def __init__(self, spiece: str, output: str, num_files: int, config: InstancesConfig) -> None:
+        super().__init__()
+        self.fn = _BuildShardsFn(spiece, output, num_files, config)
+
+    def expand(self, files):
+        return files | "SpreadFilesOverWorkers" >> beam.Reshuffle() | "BuildAndWriteShards" >> beam.ParDo(self.fn)
+
+
+def _sentence_files(folder: str) -> list[str]:
+    paths = [path for path, _ in match_paths([join(folder, "sentences-*.parquet")])]
+    expected = f"-of-{len(paths):05d}.parquet"
+    odd = [p for p in paths if not p.endswith(expected)]
+    if odd:
+        raise ValueError(f"{odd[0]}: expected {len(paths)} sentence files named *{expected}; is {folder} complete?")
+    return paths
+
+
+def _read_back(output: str, name: str, split: str) -> ShardInfo:
+    data = read_bytes(join(output, name))
+    return shard_info(name, split, pa.ipc.open_file(pa.BufferReader(data)).read_all(), data)
+
+
+def run(argv: list[str] | None = None) -> Manifest:
+    """Runs the stage; returns the manifest it wrote last."""
+    args = parse_stage_args(
+        argv,
+        InstancesConfig,
+        "instances",
+        {"input": "segment stage folder", "spiece": "spiece.model of the vocab stage", "output": "shard folder"},
+        __doc__,
+    )
+    config, input_folder, spiece, output = args.config, *args.paths.values()
+    config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
+    files = _sentence_files(input_folder)
+    delete_if_exists(join(output, MANIFEST))  # a folder without a manifest is never taken for a complete one
+    pipeline = beam.Pipeline(options=args.beam)
+    _ = (
+        pipeline
+        | "ListSentenceFiles" >> beam.Create(list(enumerate(files)))
+        | "BuildInstances" >> BuildInstances(spiece, output, len(files), config)
+    )
+    counters = run_and_count(pipeline)
+    spiece_bytes = read_bytes(spiece)
+    write_bytes_atomically(join(output, SPIECE), spiece_bytes)
+    shards = [
+        _read_back(output, shard_name(split, i, len(files)), split)
+        for split in ("train", "validation")
+        for i in range(len(files))
+    ]
+    vocab_size = spm.SentencePieceProcessor(model_proto=spiece_bytes).get_piece_size()
+    manifest = Manifest(
+        SCHEMA_VERSION,
+        shards,
+        vocab_size,
+        config.max_seq_length,
+        sha256_hex(spiece_bytes),
+        dataclasses.asdict(config),
+        counters,
+    )
+    write_json_atomically(join(output, MANIFEST), manifest.to_json())
+    return manifest
+
+
+if __name__ == "__main__":
+    run()

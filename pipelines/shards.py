@@ -1,0 +1,199 @@
+"""The shard contract shared by the writer (instances stage) and the reader (training loader).
+
+Shards are Arrow IPC *files* (random access, memory-mappable) named ``{split}-{i:05d}-of-{n:05d}.arrow`` with the
+columns below, beside the ``spiece.model`` that produced them, indexed by ``manifest.json``, which is written
+last: a folder without a manifest, or whose
+manifest does not match its files, is not a shard folder. Readers open shards only through the manifest.
+Pure: imports neither Beam nor torch (the writer's I/O lives in ``pipelines.instances``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from array import array
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute
+
+__all__ = [
+    "MANIFEST",
+    "SCHEMA_VERSION",
+    "SPIECE",
+    "SPLITS",
+    "Manifest",
+    "ShardBuilder",
+    "ShardInfo",
+    "open_shard",
+    "serialize_shard",
+    "shard_info",
+    "shard_name",
+    "shard_schema",
+]
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+SPIECE = "spiece.model"  # copied into the shard folder, so shards and the vocab that made them travel together
+SPLITS = ("train", "validation")
+ROWS_PER_BATCH = 4096  # record batch size inside a file: small enough for cheap slicing, large enough to amortise
+
+
+def shard_schema(vocab_size: int, max_seq_length: int) -> pa.Schema:
+    """Returns the Arrow schema of shards for a vocabulary and sequence length (ids in the narrowest type)."""
+    id_type = pa.uint16() if vocab_size <= 1 << 16 else pa.uint32()
+    position_type = pa.int16() if max_seq_length <= 1 << 15 else pa.int32()
+    return pa.schema(
+        [
+            pa.field("input_ids", pa.list_(id_type), nullable=False),  # [CLS] A [SEP] B [SEP], masks applied
+            pa.field("token_type_ids", pa.list_(pa.int8()), nullable=False),  # 0 for [CLS] A [SEP], 1 for B [SEP]
+            pa.field("masked_lm_positions", pa.list_(position_type), nullable=False),  # sorted
+            pa.field("masked_lm_ids", pa.list_(id_type), nullable=False),  # original tokens there
+            pa.field("sentence_order_label", pa.int8(), nullable=False),  # 0 in order, 1 swapped/random
+            # Provenance: which document and duplicate a row came from, and the length it was built for.
+            pa.field("document_id", pa.string(), nullable=False),
+            pa.field("duplicate", pa.int16(), nullable=False),
+            pa.field("target_length", pa.int16(), nullable=False),
+        ]
+    )
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: choose one of {SPLITS}")
+    return f"{split}-{index:05d}-of-{count:05d}.arrow"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    file: str  # name inside the shard folder
+    split: str
+    rows: int
+    tokens: int  # sum of sequence lengths
+    bytes: int
+    sha256: str
+
+
+class ShardBuilder:
+    """Collects one shard's rows in flat typed buffers (a few bytes a token) and sorts them by key at the end.
+
+    Rows arrive in whatever order a worker builds them; sorting by a stable per-row key makes the file
+    independent of that order, so equal inputs give byte-identical shards on any runner.
+    """
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self._keys: list[int] = []
+        self._lists: dict[str, tuple[array, array]] = {
+            name: (array("q", [0]), array(_TYPECODES[schema.field(name).type.value_type]))
+            for name in ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids")
+        }
+        self._scalars: dict[str, list] = {name: [] for name in _SCALARS}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: int, lists: dict[str, Sequence[int]], scalars: dict[str, Any]) -> None:
+        """Adds one row: its sort key, its four list columns and its scalar columns."""
+        self._keys.append(key)
+        for name, (offsets, values) in self._lists.items():
+            values.extend(lists[name])
+            offsets.append(len(values))
+        for name, column in self._scalars.items():
+            column.append(scalars[name])
+
+    def table(self) -> pa.Table:
+        """Returns the rows as a table sorted by key."""
+        columns = {}
+        for name, (offsets, values) in self._lists.items():
+            value_type = self.schema.field(name).type.value_type
+            columns[name] = pa.ListArray.from_arrays(
+                pa.array(np.frombuffer(offsets, dtype=np.int64).astype(np.int32)),
+                pa.array(np.frombuffer(values, dtype=values.typecode), type=value_type),
+            )
+        for name, column in self._scalars.items():
+            columns[name] = pa.array(column, type=self.schema.field(name).type)
+        table = pa.table([columns[f.name] for f in self.schema], schema=self.schema)
+        order = np.argsort(np.array(self._keys, dtype=np.uint64), kind="stable")
+        return table.take(pa.array(order))
+
+
+_TYPECODES = {pa.uint16(): "H", pa.uint32(): "I", pa.int8(): "b", pa.int16(): "h", pa.int32(): "i"}
+_SCALARS = ("sentence_order_label", "document_id", "duplicate", "target_length")
+
+
+def serialize_shard(table: pa.Table) -> bytes:
+    """Returns the Arrow IPC file bytes of ``table`` (rows already in their final order)."""
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=ROWS_PER_BATCH):
+            writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def shard_info(name: str, split: str, table: pa.Table, data: bytes) -> ShardInfo:
+    """Returns the manifest entry of a shard from its table and its serialized bytes."""
+    tokens = int(pa.compute.sum(pa.compute.list_value_length(table["input_ids"])).as_py() or 0)
+    return ShardInfo(name, split, table.num_rows, tokens, len(data), hashlib.sha256(data).hexdigest())
+
+
+def open_shard(path: str) -> pa.Table:
+    """Opens a local shard memory-mapped: rows are read from the page cache, never copied whole."""
+    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+
+
+@dataclass
+class Manifest:
+    """The index of a shard folder: what each file holds, its hash, and what produced it."""
+
+    schema_version: int
+    shards: list[ShardInfo]
+    vocab_size: int
+    max_seq_length: int
+    spiece_sha256: str
+    params: dict[str, Any]
+    counters: dict[str, int]
+
+    def split(self, split: str) -> list[ShardInfo]:
+        return [s for s in self.shards if s.split == split]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def paths(self, folder: str | os.PathLike, split: str) -> list[str]:
+        """Returns the local paths of a split's shards, in order."""
+        return [os.path.join(folder, s.file) for s in self.split(split)]
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike, verify: bool = False) -> Manifest:
+        """Reads a folder's manifest; with ``verify``, checks every shard's size and sha256 against it.
+
+        Raises:
+            FileNotFoundError: no manifest (the stage did not finish) or a listed shard is missing.
+            ValueError: an unknown schema version or a shard that does not match its entry.
+        """
+        path = os.path.join(folder, MANIFEST)
+        try:
+            with open(path, encoding="utf-8") as f:
+                body = json.load(f)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"{path}: no shard manifest; run the instances stage to completion") from err
+        if body.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"{path}: schema_version {body.get('schema_version')}, expected {SCHEMA_VERSION}")
+        body["shards"] = [ShardInfo(**s) for s in body["shards"]]
+        manifest = cls(**body)
+        if verify:
+            for shard in manifest.shards:
+                shard_path = os.path.join(folder, shard.file)
+                if not os.path.exists(shard_path):
+                    raise FileNotFoundError(f"{shard_path}: listed in {path} but missing")
+                with open(shard_path, "rb") as f:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+                if os.path.getsize(shard_path) != shard.bytes or digest != shard.sha256:
+                    raise ValueError(f"{shard_path}: size or sha256 differs from {path}")
+        return manifest

@@ -1,0 +1,90 @@
+"""Whole-word n-gram masking: word starts in every script, span statistics, budget and replacement."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from pipelines.masking import MaskingConfig, TokenClasses, mask_ngrams
+
+SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+PIECES = [*SPECIALS, "▁the", "▁cat", "s", "▁sat", ",", "中", "文", "▁", "▁on", "ma", "t", "。", "▁a", "b", "c"]
+CLASSES = TokenClasses.from_pieces(PIECES)
+ID = {p: i for i, p in enumerate(PIECES)}
+
+
+def _ids(*pieces: str) -> list[int]:
+    return [ID[p] for p in pieces]
+
+
+def test_words_join_continuation_pieces_and_split_cjk_characters() -> None:
+    tokens = _ids("[CLS]", "▁cat", "s", "▁sat", ",", "▁", "中", "文", "。", "▁on", "[SEP]", "ma", "t", "[SEP]")
+    words = CLASSES.words(tokens)
+    assert [w for w in words if w] == [[1, 2], [3], [4], [5], [6], [7], [8], [9], [11, 12]]
+    # Specials are never part of a word and leave a break, so no span runs across [SEP].
+    assert words[0] == [] and words[-1] == [] and [] in words[words.index([9]) :]
+
+
+def _random_sequence(rng: random.Random, length: int) -> list[int]:
+    body = [rng.choice(range(5, len(PIECES))) for _ in range(length)]
+    cut = rng.randint(1, length - 1)
+    return [ID["[CLS]"], *body[:cut], ID["[SEP]"], *body[cut:], ID["[SEP]"]]
+
+
+@pytest.mark.parametrize("ngram", [1, 3])
+def test_span_lengths_follow_one_over_n_where_all_lengths_are_possible(ngram: int) -> None:
+    config = MaskingConfig(ngram=ngram, max_predictions_per_seq=20)
+    draws: Counter[int] = Counter()
+    for i in range(3000):
+        rng = random.Random(i)
+        masked = mask_ngrams(_random_sequence(rng, 60), CLASSES, config, rng)
+        draws.update(n for n, available in masked.draws if available == ngram)
+    total = sum(draws.values())
+    expected = [w / sum(config.ngram_weights) for w in config.ngram_weights]
+    for n, p in enumerate(expected, start=1):
+        assert abs(draws[n] / total - p) < 0.01, (n, draws[n] / total, p)
+
+
+def test_budget_positions_specials_and_replacements() -> None:
+    config = MaskingConfig(masked_lm_prob=0.15, max_predictions_per_seq=12)
+    outcome: Counter[str] = Counter()
+    for i in range(3000):
+        rng = random.Random(i)
+        tokens = _random_sequence(rng, rng.randint(3, 120))
+        masked = mask_ngrams(tokens, CLASSES, config, rng)
+        budget = min(12, max(1, round(len(tokens) * 0.15)))
+        assert len(masked.positions) <= budget  # 0 when every word is longer than a budget of 1
+        assert masked.positions == sorted(set(masked.positions))
+        assert all(0 <= p < len(tokens) and tokens[p] >= 5 for p in masked.positions)
+        assert masked.labels == [tokens[p] for p in masked.positions]
+        assert [t for p, t in enumerate(masked.input_ids) if p not in masked.positions] == [
+            t for p, t in enumerate(tokens) if p not in masked.positions
+        ]
+        for position, label in zip(masked.positions, masked.labels, strict=True):
+            new = masked.input_ids[position]
+            assert new == ID["[MASK]"] or new >= 5  # a random replacement never draws a special token
+            outcome["mask" if new == ID["[MASK]"] else "keep" if new == label else "random"] += 1
+    total = sum(outcome.values())
+    # A random draw equals the original 1 time in 15 here, which moves that share from random to keep.
+    assert abs(outcome["mask"] / total - 0.80) < 0.01
+    assert abs(outcome["keep"] / total - (0.10 + 0.10 / 15)) < 0.01
+
+
+def test_masks_are_reproducible_from_the_generator() -> None:
+    tokens = _random_sequence(random.Random(0), 50)
+    config = MaskingConfig()
+    assert mask_ngrams(tokens, CLASSES, config, random.Random(3)) == mask_ngrams(
+        tokens, CLASSES, config, random.Random(3)
+    )
+    assert mask_ngrams(tokens, CLASSES, config, random.Random(3)) != mask_ngrams(
+        tokens, CLASSES, config, random.Random(4)
+    )
+
+
+def test_invalid_configs_are_refused() -> None:
+    with pytest.raises(ValueError, match="masked_lm_prob"):
+        MaskingConfig(masked_lm_prob=1.5)
+    with pytest.raises(ValueError, match="ngram"):
+        MaskingConfig(ngram=0)
