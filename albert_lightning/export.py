@@ -1,0 +1,65 @@
+"""Export a pretraining checkpoint as a Hugging Face folder: ``python -m albert_lightning.export --help``.
+
+    python -m albert_lightning.export --checkpoint data/pretrain/last.ckpt \
+        --spiece data/vocab/spiece.model --output data/export
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from albert_lightning.hf import export_hf
+from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+
+__all__ = ["load_pretraining_checkpoint", "main"]
+
+PREFIX = "model."  # the LightningModule holds the network as `self.model`
+
+
+def load_pretraining_checkpoint(path: str | Path) -> AlbertForPreTraining:
+    """Returns the model saved in a Lightning pretraining checkpoint.
+
+    The checkpoint must be one consolidated file whose ``hyper_parameters["config"]`` holds the AlbertConfig
+    fields and whose ``state_dict`` keys start with ``model.``. Lightning pickles more than tensors (hyper-
+    parameters, loop state), so the file is unpickled in full: load only checkpoints you trust.
+
+    Raises:
+        ValueError: if the checkpoint lacks the config or holds no ``model.`` weights.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(
+            f"{path} is a sharded checkpoint folder; consolidate it into one file first "
+            "(python -m lightning.pytorch.utilities.consolidate_checkpoint)"
+        )
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    config = checkpoint.get("hyper_parameters", {}).get("config")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: hyper_parameters['config'] (the AlbertConfig fields) is missing")
+    state = {k.removeprefix(PREFIX): v for k, v in checkpoint["state_dict"].items() if k.startswith(PREFIX)}
+    if not state:
+        raise ValueError(f"{path}: state_dict has no keys starting with {PREFIX!r}")
+    for tied, source in TIED_WEIGHTS.items():  # a checkpoint may store a tied tensor once
+        if source in state:
+            state.setdefault(tied, state[source])
+    model = AlbertForPreTraining(AlbertConfig(**config))
+    model.load_state_dict(state)
+    return model
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parses the command line and writes the export folder."""
+    parser = argparse.ArgumentParser(prog="python -m albert_lightning.export", description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="Lightning checkpoint file of the pretraining run")
+    parser.add_argument("--spiece", help="spiece.model to export with the weights (tokenizer files)")
+    parser.add_argument("--output", required=True, help="folder to write (config.json, model.safetensors, ...)")
+    args = parser.parse_args(argv)
+    model = load_pretraining_checkpoint(args.checkpoint)
+    export_hf(model, model.config, args.output, args.spiece)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""The map between our model and ``transformers.AlbertForPreTraining`` folders: ``export_hf`` and ``import_hf``.
+
+Parameter names are already transformers' (see model.py), so the map is: drop the tied duplicates on export
+(transformers 5 writes ``predictions.decoder.{weight,bias}`` nowhere and re-ties them on load), restore them on
+import, and translate config.json. transformers itself is a test extra, never imported here: weights are
+written with ``safetensors`` and the tokenizer files are written as JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import warnings
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+
+__all__ = ["export_hf", "hf_config", "import_hf"]
+
+# ALBERT's special-token layout (DESIGN.md §2), as AlbertTokenizer names them.
+SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
+SPECIAL_TOKENS |= {"mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}
+SPECIAL_IDS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+# Buffers that transformers < 4.31 saved with the weights; they carry nothing.
+_IGNORED = {"albert.embeddings.position_ids", "albert.embeddings.token_type_ids"}
+# Released checkpoints are AlbertForMaskedLM: no SOP head, and no pooler when saved by transformers >= 4.
+# Importing one keeps those freshly initialised (with a warning), as transformers does for new heads.
+_OPTIONAL = ("sop_classifier.", "albert.pooler.")
+
+
+def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32) -> dict:
+    """Returns the config.json dict that ``transformers.AlbertConfig`` reads for our ``config``.
+
+    Raises:
+        ValueError: for sharing "attention"/"ffn", which transformers' ALBERT cannot express.
+    """
+    groups = {"all": config.num_hidden_groups, "none": config.num_hidden_layers}  # "none" = L groups of 1
+    if config.sharing not in groups:
+        raise ValueError(f"sharing={config.sharing!r} has no transformers layout; export needs 'all' or 'none'")
+    hf = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "sharing"}
+    return hf | {
+        "architectures": ["AlbertForPreTraining"],
+        "model_type": "albert",
+        "num_hidden_groups": groups[config.sharing],
+        "hidden_act": "gelu_new",  # the tanh GELU of model.gelu_new
+        "position_embedding_type": "absolute",
+        "bos_token_id": SPECIAL_IDS["[CLS]"],
+        "eos_token_id": SPECIAL_IDS["[SEP]"],
+        "tie_word_embeddings": True,
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def export_hf(
+    model: AlbertForPreTraining, config: AlbertConfig, folder: str | Path, spiece_model: str | None = None
+) -> Path:
+    """Writes a folder that ``transformers.AlbertForPreTraining.from_pretrained`` loads with no missing keys.
+
+    Args:
+        model: the model to export (its config must equal ``config``).
+        config: its configuration; sharing must be "all" or "none".
+        folder: output folder, created if needed.
+        spiece_model: path of the SentencePiece model; when given, spiece.model and the tokenizer files are
+            written too, so that ``AlbertTokenizer.from_pretrained(folder)`` loads.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: if the config does not match the model or cannot be expressed in transformers.
+    """
+    if config != model.config:
+        raise ValueError(f"export_hf: config {config} is not the model's {model.config}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = {
+        name: tensor.detach().cpu().contiguous()
+        for name, tensor in model.state_dict().items()
+        if name not in TIED_WEIGHTS  # one copy of each tied tensor, under transformers' name
+    }
+    hf = hf_config(config, weights["albert.embeddings.word_embeddings.weight"].dtype)
+    (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    if spiece_model is not None:
+        _write_tokenizer(Path(spiece_model), folder, config.max_position_embeddings)
+    return folder
+
+
+def import_hf(folder: str | Path) -> AlbertForPreTraining:
+    """Reads a transformers ALBERT folder (config.json + model.safetensors or pytorch_model.bin) into our model.
+
+    A released checkpoint (saved as AlbertForMaskedLM) has no SOP head and maybe no pooler; those are then
+    freshly initialised, with a warning. Every other missing, unexpected or mis-shaped tensor is an error.
+
+    Raises:
+        FileNotFoundError: if the folder has no config.json or no weights.
+        ValueError: naming the file, for keys or shapes that do not match our model.
+    """
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    config = _config_from_hf(json.loads(config_file.read_text()), config_file)
+    weights_file, state = _read_weights(folder)
+    model = AlbertForPreTraining(config)
+    state = {name: tensor for name, tensor in state.items() if name not in _IGNORED}
+    for tied, source in TIED_WEIGHTS.items():
+        copy = state.pop(tied, None)
+        if copy is not None and source in state and not torch.equal(copy, state[source]):
+            raise ValueError(f"{weights_file}: {tied} differs from {source}, but our model ties them")
+        if copy is not None:
+            state.setdefault(source, copy)
+    expected = {name: t.shape for name, t in model.state_dict().items() if name not in TIED_WEIGHTS}
+    missing = sorted(expected.keys() - state.keys())
+    unexpected = sorted(state.keys() - expected.keys())
+    if [name for name in missing if not name.startswith(_OPTIONAL)] or unexpected:
+        raise ValueError(f"{weights_file}: missing keys {missing}, unexpected keys {unexpected}")
+    if missing:
+        warnings.warn(f"{weights_file} has no {missing}; they keep their random init", stacklevel=2)
+    for name, tensor in state.items():
+        if tensor.shape != expected[name]:
+            raise ValueError(
+                f"{weights_file}: {name} has shape {list(tensor.shape)}, {config_file} implies {list(expected[name])}"
+            )
+    model.load_state_dict(state, strict=False)  # keys checked above; the tied ones follow their sources
+    return model
+
+
+def _config_from_hf(hf: dict, path: Path) -> AlbertConfig:
+    if hf.get("model_type", "albert") != "albert":
+        raise ValueError(f"{path}: model_type {hf['model_type']!r} is not albert")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{path}: only absolute position embeddings are supported")
+    act = hf.get("hidden_act", "gelu_new")
+    if act == "gelu":  # some v1 configs; the TF original used the tanh form in any case
+        warnings.warn(
+            f"{path}: hidden_act 'gelu' is computed as 'gelu_new' (tanh form); outputs differ slightly", stacklevel=3
+        )
+    elif act != "gelu_new":
+        raise ValueError(f"{path}: hidden_act {act!r} is not supported (only gelu_new)")
+    names = {f.name for f in fields(AlbertConfig)} - {"sharing"}
+    return AlbertConfig(**{k: v for k, v in hf.items() if k in names}, sharing="all")
+
+
+def _read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    index = folder / "model.safetensors.index.json"
+    if index.exists():  # sharded by transformers for big models
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return index, {k: v for shard in shards for k, v in load_file(folder / shard).items()}
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        path = folder / name
+        if path.exists() and name.endswith(".bin"):
+            return path, torch.load(path, map_location="cpu", weights_only=True)
+        if path.exists():
+            return path, load_file(path)
+    raise FileNotFoundError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
+
+
+def _write_tokenizer(spiece_model: Path, folder: Path, max_length: int) -> None:
+    """Copies spiece.model and writes tokenizer_config.json, special_tokens_map.json and tokenizer.json.
+
+    tokenizer.json spares transformers from parsing spiece.model with protobuf, which fails when the protobuf
+    runtime is older than sentencepiece's generated code (protobuf 6 with sentencepiece 0.2.3, as here).
+    """
+    import sentencepiece  # runtime dependency, but only the export needs it here
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece_model))
+    ids = {piece: sp.piece_to_id(piece) for piece in SPECIAL_IDS}
+    if ids != SPECIAL_IDS:
+        raise ValueError(f"{spiece_model}: special ids {ids} are not ALBERT's layout {SPECIAL_IDS}")
+    shutil.copyfile(spiece_model, folder / "spiece.model")
+    settings = {"do_lower_case": True, "keep_accents": False, "remove_space": True, "model_max_length": max_length}
+    tokenizer_config = {"tokenizer_class": "AlbertTokenizer", **settings, **SPECIAL_TOKENS}
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    (folder / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")
+    charsmap = _proto_bytes(_proto_bytes(sp.serialized_model_proto(), 3), 2)  # normalizer_spec.precompiled_charsmap
+    (folder / "tokenizer.json").write_text(json.dumps(_tokenizer_json(sp, charsmap), ensure_ascii=False) + "\n")
+
+
+def _tokenizer_json(sp, charsmap: bytes) -> dict:
+    """The `tokenizers` serialisation of AlbertTokenizer's pipeline (as transformers builds it) for ``sp``."""
+    metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
+    normalizers = [
+        {"type": "Replace", "pattern": {"String": "``"}, "content": '"'},
+        {"type": "Replace", "pattern": {"String": "''"}, "content": '"'},
+        {"type": "NFKD"},
+        {"type": "StripAccents"},
+        {"type": "Lowercase"},
+    ]
+    if charsmap:
+        normalizers.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()})
+
+    def special(name: str, type_id: int) -> dict:
+        return {"SpecialToken": {"id": name, "type_id": type_id}}
+
+    def sequence(name: str, type_id: int) -> dict:
+        return {"Sequence": {"id": name, "type_id": type_id}}
+
+    added = [
+        {
+            "id": i,
+            "content": piece,
+            "single_word": False,
+            "lstrip": piece == "[MASK]",
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for piece, i in SPECIAL_IDS.items()
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
+            "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0), sequence("B", 1), special("[SEP]", 1)],
+            "special_tokens": {t: {"id": t, "ids": [SPECIAL_IDS[t]], "tokens": [t]} for t in ("[CLS]", "[SEP]")},
+        },
+        "decoder": metaspace,
+        "model": {
+            "type": "Unigram",
+            "unk_id": SPECIAL_IDS["<unk>"],
+            "vocab": [[sp.id_to_piece(i), sp.get_score(i)] for i in range(sp.get_piece_size())],
+            "byte_fallback": False,
+        },
+    }
+
+
+def _proto_bytes(message: bytes, number: int) -> bytes:
+    """Returns length-delimited field ``number`` of a protobuf message (b"" if absent), reading the wire format
+    directly: sentencepiece's generated protobuf module may not import (see ``_write_tokenizer``)."""
+    found, i = b"", 0
+    while i < len(message):
+        key, i = _varint(message, i)
+        wire_type = key & 7
+        if wire_type == 0:
+            _, i = _varint(message, i)
+        elif wire_type in (1, 5):
+            i += 8 if wire_type == 1 else 4
+        elif wire_type == 2:
+            size, i = _varint(message, i)
+            if key >> 3 == number:
+                found = message[i : i + size]
+            i += size
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire_type}")
+    return found
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7

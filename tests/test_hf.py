@@ -1,0 +1,180 @@
+"""Tests for albert_lightning.hf and .export: parity with transformers both ways, checkpoints, the tokenizer."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from albert_lightning.export import load_pretraining_checkpoint, main
+from albert_lightning.hf import export_hf, import_hf
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+from pipelines.textnorm import Normalizer
+
+transformers = pytest.importorskip("transformers")
+
+LAYOUTS = [
+    dict(),
+    dict(num_hidden_layers=3, num_hidden_groups=2, inner_group_num=2),
+    dict(num_hidden_layers=3, sharing="none"),  # exported as 3 groups of one layer
+]
+
+
+def tiny(seed: int = 0, **overrides) -> AlbertForPreTraining:
+    torch.manual_seed(seed)
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny", **overrides)).eval()
+    with torch.no_grad():  # a non-zero output bias, so that the tied bias is really checked
+        model.predictions.bias.normal_(std=0.1)
+    return model
+
+
+def padded_batch() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    input_ids = torch.randint(5, 1000, (3, 16), generator=g)
+    token_type_ids = (torch.arange(16) >= 6).long().expand(3, 16).clone()
+    attention_mask = torch.ones(3, 16, dtype=torch.long)
+    attention_mask[1, 10:] = 0
+    attention_mask[2, 4:] = 0
+    input_ids[attention_mask == 0] = 0
+    return dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+
+
+def assert_same_outputs(ours: AlbertForPreTraining, theirs) -> None:
+    inputs = padded_batch()
+    with torch.no_grad():
+        expected = theirs.eval()(**inputs)
+        got = ours.eval()(**inputs)
+    torch.testing.assert_close(got.prediction_logits, expected.prediction_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.sop_logits, expected.sop_logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("overrides", LAYOUTS)
+def test_export_loads_in_transformers_with_no_missing_keys_and_same_outputs(tmp_path, overrides):
+    model = tiny(**overrides)
+    export_hf(model, model.config, tmp_path)
+    theirs, info = transformers.AlbertForPreTraining.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched keys, no errors
+    assert_same_outputs(model, theirs)
+
+
+@pytest.mark.parametrize("overrides", LAYOUTS[:2])
+def test_import_reads_a_transformers_folder_with_same_outputs(tmp_path, overrides):
+    config = AlbertConfig.preset("tiny", **overrides)
+    fields = {k: v for k, v in asdict(config).items() if k != "sharing"}
+    torch.manual_seed(3)
+    theirs = transformers.AlbertForPreTraining(transformers.AlbertConfig(**fields))
+    theirs.save_pretrained(tmp_path)
+    ours = import_hf(tmp_path)
+    assert ours.config == config
+    assert ours.predictions.decoder.weight is ours.albert.embeddings.word_embeddings.weight
+    assert_same_outputs(ours, theirs)
+
+
+def test_import_of_a_masked_lm_checkpoint_keeps_fresh_heads_with_a_warning(tmp_path):
+    fields = {k: v for k, v in asdict(AlbertConfig.preset("tiny")).items() if k != "sharing"}
+    theirs = transformers.AlbertForMaskedLM(transformers.AlbertConfig(**fields)).eval()
+    theirs.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="sop_classifier"):
+        ours = import_hf(tmp_path)
+    inputs = padded_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**inputs).prediction_logits, theirs(**inputs).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_import_names_the_file_on_unexpected_keys_and_shapes(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model = tiny()
+    export_hf(model, model.config, tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file({**weights, "albert.extra": torch.zeros(1)}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.safetensors.*unexpected keys \['albert\.extra'\]"):
+        import_hf(tmp_path)
+    weights["albert.pooler.bias"] = torch.zeros(3)
+    save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.safetensors: albert\.pooler\.bias has shape \[3\]"):
+        import_hf(tmp_path)
+
+
+def test_export_refuses_sharing_modes_transformers_cannot_express(tmp_path):
+    model = tiny(sharing="attention")
+    with pytest.raises(ValueError, match="export needs 'all' or 'none'"):
+        export_hf(model, model.config, tmp_path)
+
+
+def test_hf_module_does_not_import_transformers():
+    code = "import sys, albert_lightning.hf, albert_lightning.export; assert 'transformers' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def lightning_checkpoint(model: AlbertForPreTraining, path, with_config: bool = True):
+    hyper_parameters = {"config": asdict(model.config), "learning_rate": 1e-3} if with_config else {}
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"state_dict": state, "hyper_parameters": hyper_parameters, "epoch": 0}, path)
+
+
+def test_checkpoint_round_trip_through_the_export_cli(tmp_path):
+    model = tiny(seed=5)
+    lightning_checkpoint(model, tmp_path / "last.ckpt")
+    loaded = load_pretraining_checkpoint(tmp_path / "last.ckpt")
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, rtol=0, atol=0)
+    assert loaded.predictions.decoder.weight is loaded.albert.embeddings.word_embeddings.weight
+
+    main(["--checkpoint", str(tmp_path / "last.ckpt"), "--output", str(tmp_path / "export")])
+    assert_same_outputs(model, transformers.AlbertForPreTraining.from_pretrained(tmp_path / "export"))
+
+    lightning_checkpoint(model, tmp_path / "bare.ckpt", with_config=False)
+    with pytest.raises(ValueError, match=r"bare\.ckpt: hyper_parameters\['config'\]"):
+        load_pretraining_checkpoint(tmp_path / "bare.ckpt")
+
+
+SENTENCES = [
+    "The Quick brown fox jumps over the lazy dog.",
+    "A naïve café in Zürich serves crème brûlée, ``quoted'' twice.",
+    "  Lists   and dicts:   Python's   TUPLES are immutable!  ",
+]
+
+
+@pytest.fixture(scope="module")
+def spiece_model(tmp_path_factory) -> str:
+    sentencepiece = pytest.importorskip("sentencepiece")
+    folder = tmp_path_factory.mktemp("vocab")
+    rng = random.Random(0)
+    words = "the quick brown fox jumps over lazy dog café naïve zürich crème list dict tuple python is are".split()
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 15))) for _ in range(300)]
+    (folder / "text.txt").write_text("\n".join(Normalizer()(line) for line in lines + SENTENCES) + "\n")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(folder / "text.txt"),
+        model_prefix=str(folder / "spiece"),
+        vocab_size=60,
+        pad_id=0,
+        unk_id=1,
+        bos_id=-1,
+        eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        minloglevel=2,
+    )
+    return str(folder / "spiece.model")
+
+
+def test_exported_tokenizer_matches_sentencepiece_on_normalised_text(tmp_path, spiece_model):
+    import sentencepiece
+
+    model = tiny()
+    export_hf(model, model.config, tmp_path, spiece_model=spiece_model)
+    tokenizer = transformers.AlbertTokenizer.from_pretrained(tmp_path)
+    sp = sentencepiece.SentencePieceProcessor(model_file=spiece_model)
+    for text in SENTENCES:
+        ids = sp.encode(Normalizer()(text))
+        assert tokenizer(text, add_special_tokens=False)["input_ids"] == ids, text
+        assert tokenizer(text)["input_ids"] == [2, *ids, 3]
+    pair = tokenizer(SENTENCES[0], SENTENCES[1], return_token_type_ids=True)
+    a, b = sp.encode(Normalizer()(SENTENCES[0])), sp.encode(Normalizer()(SENTENCES[1]))
+    assert pair["input_ids"] == [2, *a, 3, *b, 3]
+    assert pair["token_type_ids"] == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    assert tokenizer.convert_tokens_to_ids(["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]) == [0, 1, 2, 3, 4]
