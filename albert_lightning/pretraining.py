@@ -1,0 +1,129 @@
+"""The ``AlbertPretraining`` LightningModule: MLM + sentence-order (or NSP, or no) loss, metrics, optimiser.
+
+The model is built and sharded once, in ``configure_model`` (FSDP2 through ``sharding.shard_albert`` when a
+device mesh is present, plain otherwise), so the same module runs on one CPU, under FSDP on CPU with gloo, and
+on GPUs with NCCL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+from albert_lightning.optim import build_optimizer, warmup_linear_decay
+from albert_lightning.sharding import clip_grad_norm, shard_albert
+
+__all__ = ["AlbertPretraining"]
+
+OBJECTIVES = ("sop", "nsp", "none")
+IGNORE_INDEX = -100
+
+
+class AlbertPretraining(L.LightningModule):
+    """ALBERT pretraining.
+
+    Args:
+        preset: an ``AlbertConfig`` preset ("tiny", "small", "base", "large", "xlarge", "xxlarge").
+        vocab_size: the shards' vocabulary size (linked from the data module by ``fit``).
+        config_overrides: fields of ``AlbertConfig`` to change from the preset (e.g. {"sharing": "ffn"}).
+        inter_sentence: the shards' second objective: "sop", "nsp" (same head, other data) or "none" (no loss).
+        optimizer: "lamb" (the paper) or "adamw".
+        lr: peak learning rate (paper: 0.00176 for batch 4096 with LAMB).
+        weight_decay: applied to all weights but LayerNorm and biases.
+        warmup_steps: optimizer steps of linear warm-up.
+        total_steps: optimizer steps to decay to 0 over; None takes the trainer's estimate.
+        gradient_clip_norm: clip the global gradient norm to this (works on sharded gradients); 0 disables it.
+        activation_checkpointing: recompute each transformer layer in backward to save activation memory.
+    """
+
+    def __init__(
+        self,
+        preset: str = "small",
+        vocab_size: int = 30000,
+        config_overrides: dict[str, Any] | None = None,
+        inter_sentence: str = "sop",
+        optimizer: str = "lamb",
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        total_steps: int | None = None,
+        gradient_clip_norm: float = 1.0,
+        activation_checkpointing: bool = False,
+    ) -> None:
+        super().__init__()
+        if inter_sentence not in OBJECTIVES:
+            raise ValueError(f"inter_sentence={inter_sentence!r}: choose one of {OBJECTIVES}")
+        self.config = AlbertConfig.preset(preset, vocab_size=vocab_size, **(config_overrides or {}))
+        self.save_hyperparameters()
+        self.hparams["config"] = dataclasses.asdict(self.config)  # what export and evaluation rebuild from
+        self.model: AlbertForPreTraining | None = None
+        self._tokens_seen = 0
+        self._started = time.perf_counter()
+
+    def configure_model(self) -> None:
+        if self.model is not None:  # called again by load_from_checkpoint and by later fits: keep the model
+            return
+        self.model = AlbertForPreTraining(self.config)
+        self.model.init_weights()
+        mesh = getattr(self, "_device_mesh", None)
+        if mesh is not None:
+            shard_albert(self.model, mesh["data_parallel"], self.hparams.activation_checkpointing)
+
+    def forward(self, batch: dict[str, torch.Tensor]):
+        return self.model(
+            batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"]
+        )
+
+    def _losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = self(batch)
+        logits = out.prediction_logits.float()  # [B, P, V]
+        labels = batch["masked_lm_ids"]  # [B, P], IGNORE_INDEX at padding
+        mlm = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        real = labels != IGNORE_INDEX
+        metrics = {
+            "mlm_loss": mlm,
+            "mlm_accuracy": (logits.argmax(-1) == labels)[real].float().mean(),
+        }
+        sop_logits = out.sop_logits.float()
+        metrics["sop_loss"] = F.cross_entropy(sop_logits, batch["sentence_order_label"])
+        metrics["sop_accuracy"] = (sop_logits.argmax(-1) == batch["sentence_order_label"]).float().mean()
+        use_second = self.hparams.inter_sentence != "none"
+        metrics["loss"] = mlm + metrics["sop_loss"] if use_second else mlm
+        return metrics
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        metrics = self._losses(batch)
+        self._tokens_seen += int(batch["attention_mask"].sum()) * self.trainer.world_size
+        elapsed = time.perf_counter() - self._started
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, prog_bar=False, sync_dist=False)
+        self.log("loss", metrics["loss"], prog_bar=True, logger=False)
+        self.log("tok/s", self._tokens_seen / max(elapsed, 1e-9), prog_bar=True, logger=False)
+        self.log("train/tokens_per_second", self._tokens_seen / max(elapsed, 1e-9))
+        return metrics["loss"]
+
+    def on_train_start(self) -> None:
+        self._tokens_seen, self._started = 0, time.perf_counter()
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        metrics = self._losses(batch)
+        self.log_dict({f"val/{k}": v for k, v in metrics.items()}, sync_dist=True, batch_size=len(batch["index"]))
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        # The trainer's own norm clipping goes through the precision plugin, which FSDP refuses; this computes
+        # the global norm over sharded (DTensor) gradients itself.
+        if self.hparams.gradient_clip_norm > 0:
+            norm = clip_grad_norm(self.model.parameters(), self.hparams.gradient_clip_norm)
+            self.log("train/grad_norm", norm)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        h = self.hparams
+        optimizer = build_optimizer(self.model, h.optimizer, h.lr, h.weight_decay)
+        total = h.total_steps or int(self.trainer.estimated_stepping_batches)
+        scheduler = warmup_linear_decay(optimizer, min(h.warmup_steps, total - 1), total)  # short test runs
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

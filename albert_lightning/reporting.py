@@ -1,0 +1,120 @@
+"""What a pretraining run leaves for DVC: curves as CSV (``dvc plots``), a PNG of them, and ``metrics.json``.
+
+DVC's own plot page loads its charting scripts from the internet, so the PNG is the picture that opens offline.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+import lightning as L
+
+from albert_lightning.model import num_parameters
+
+__all__ = ["PretrainingReport"]
+
+VALIDATION_COLUMNS = ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")
+
+
+class PretrainingReport(L.Callback):
+    """Writes ``{folder}/curves/{train,validation}.csv``, ``{folder}/curves.png`` and ``{folder}/metrics.json``.
+
+    Args:
+        folder: where to write; None: the trainer's ``default_root_dir`` (the pretrain stage's output folder).
+    """
+
+    def __init__(self, folder: str | None = None) -> None:
+        self.folder = folder
+        self.train: list[dict[str, float]] = []
+        self.validation: list[dict[str, float]] = []
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.folder = self.folder or trainer.default_root_dir
+        # A resumed run keeps the rows written before its checkpoint and redraws the rest.
+        step = trainer.global_step
+        self.train = [r for r in self._read("train") if r["step"] <= step]
+        self.validation = [r for r in self._read("validation") if r["step"] <= step]
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        metrics = trainer.callback_metrics
+        if "train/loss" in metrics and trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
+            row = {"step": trainer.global_step, "loss": float(metrics["train/loss"])}
+            if "train/tokens_per_second" in metrics:
+                row["tokens_per_second"] = float(metrics["train/tokens_per_second"])
+            self.train.append(row)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or "val/mlm_loss" not in trainer.callback_metrics:
+            return
+        row = {"step": trainer.global_step}
+        row.update({c: float(trainer.callback_metrics[f"val/{c}"]) for c in VALIDATION_COLUMNS})
+        self.validation = [r for r in self.validation if r["step"] != row["step"]] + [row]
+        if trainer.is_global_zero:
+            self._write()
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        self._write()
+        final = self.validation[-1] if self.validation else {}
+        first = self.validation[0] if self.validation else {}
+        speeds = [r["tokens_per_second"] for r in self.train if "tokens_per_second" in r]
+        metrics = {
+            "steps": trainer.global_step,
+            "parameters": num_parameters(pl_module.model),
+            "tokens_per_second": speeds[-1] if speeds else None,
+            "validation": {c: final.get(c) for c in VALIDATION_COLUMNS},
+            "validation_at_first_check": {c: first.get(c) for c in VALIDATION_COLUMNS},
+        }
+        with open(os.path.join(self.folder, "metrics.json"), "w", encoding="utf-8") as f:
+            json.dump(metrics, f, indent=2, sort_keys=True)
+            f.write("\n")
+        self._draw()
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.folder, "curves", f"{name}.csv")
+
+    def _read(self, name: str) -> list[dict[str, float]]:
+        if not os.path.exists(self._path(name)):
+            return []
+        with open(self._path(name), newline="", encoding="utf-8") as f:
+            return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+    def _write(self) -> None:
+        os.makedirs(os.path.join(self.folder, "curves"), exist_ok=True)
+        for name, rows in (("train", self.train), ("validation", self.validation)):
+            if not rows:
+                continue
+            columns = list(dict.fromkeys(k for r in rows for k in r))
+            with open(self._path(name), "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, columns)
+                writer.writeheader()
+                writer.writerows(rows)
+
+    def _draw(self) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, (losses, accuracies) = plt.subplots(1, 2, figsize=(10, 4))
+        if self.train:
+            losses.plot([r["step"] for r in self.train], [r["loss"] for r in self.train], label="train loss", alpha=0.5)
+        steps = [r["step"] for r in self.validation]
+        for column, axis in (
+            ("mlm_loss", losses),
+            ("sop_loss", losses),
+            ("mlm_accuracy", accuracies),
+            ("sop_accuracy", accuracies),
+        ):
+            axis.plot(steps, [r[column] for r in self.validation], marker="o", label=f"validation {column}")
+        losses.set_xlabel("optimizer step")
+        accuracies.set_xlabel("optimizer step")
+        losses.legend()
+        accuracies.legend()
+        figure.tight_layout()
+        figure.savefig(os.path.join(self.folder, "curves.png"), dpi=100)
+        plt.close(figure)
