@@ -133,6 +133,12 @@ def collate(rows: list[dict[str, Any]], multiple: int = 8) -> dict[str, torch.Te
 class EpochBatchSampler(Sampler[list[tuple[int, int]]]):
     """Yields this rank's batches of (epoch, index) for the current epoch, resuming after ``skip`` batches.
 
+    The sampler counts epochs itself: handing out the last batch of an epoch moves ``epoch`` on, so the next
+    pass is the next epoch. It cannot wait for the pass to be exhausted (Lightning stops asking at ``len``), nor
+    follow Lightning's count: Lightning never calls ``set_epoch`` on a ``batch_sampler`` (``_set_sampler_epoch``
+    looks at ``dataloader.sampler`` and ``batch_sampler.sampler`` only), and its epoch count runs one ahead of
+    the data after resuming from a checkpoint written when ``max_steps`` stopped a run mid-epoch.
+
     Args:
         size: rows in the split.
         batch_size: rows per rank per batch.
@@ -157,24 +163,22 @@ class EpochBatchSampler(Sampler[list[tuple[int, int]]]):
         self.epoch = 0
         self.skip = 0  # batches of this epoch already consumed before a resume
 
-    def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning at the start of every epoch."""
-        if epoch != self.epoch:
-            self.epoch, self.skip = epoch, 0
-
     def __len__(self) -> int:
         global_batch = self.batch_size * self.world_size
         return self.size // global_batch if self.drop_last else -(-self.size // global_batch)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size) if self.shuffle else None
+        epoch = self.epoch
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.size) if self.shuffle else None
         global_batch = self.batch_size * self.world_size
         skip, self.skip = self.skip, 0
         for g in range(skip, len(self)):
+            if g == len(self) - 1:
+                self.epoch = epoch + 1
             first = g * global_batch + self.rank * self.batch_size
             block = range(first, min(first + self.batch_size, self.size))
             if len(block):
-                yield [(self.epoch, int(order[i]) if order is not None else i) for i in block]
+                yield [(epoch, int(order[i]) if order is not None else i) for i in block]
 
 
 class ShardDataModule(L.LightningDataModule):
@@ -248,11 +252,13 @@ class ShardDataModule(L.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: dict[str, torch.Tensor], dataloader_idx: int) -> dict[str, torch.Tensor]:
         # Runs right before training_step, so the count is of batches the model has actually been given.
+        # Counted here, not read from the sampler: DataLoader workers prefetch, so the sampler may already be in
+        # the next epoch while the last batches of this one are still to come.
         if self.trainer is not None and self.trainer.training and self._train_sampler is not None:
-            epoch = self._train_sampler.epoch
-            if epoch != self._position["epoch"]:
-                self._position = {"epoch": epoch, "batches": 0}
-            self._position["batches"] += 1
+            epoch, batches = self._position["epoch"], self._position["batches"] + 1
+            if batches == len(self._train_sampler):  # epoch complete: the sampler's next pass is the next one
+                epoch, batches = epoch + 1, 0
+            self._position = {"epoch": epoch, "batches": batches}
         return batch
 
     def state_dict(self) -> dict[str, Any]:

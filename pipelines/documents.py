@@ -37,8 +37,10 @@ SENTENCES_SCHEMA = pa.schema(
     ]
 )
 
-# Files big enough to amortise per-file work, small enough that one worker holds one file's instances.
-TARGET_FILE_BYTES = 2 << 20
+# A file is the instances stage's work item: ~60 k tokens of text, a few MB of instances at dupe_factor 10.
+# Small enough that one worker holds one file's instances, and that even the embedded default (1.4 MB) gives
+# several files for the workers to share; large enough that per-file overhead does not matter.
+TARGET_FILE_BYTES = 256 << 10
 
 
 def files_for_bytes(total_bytes: int, target_bytes: int = TARGET_FILE_BYTES) -> int:

@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from pipelines.masking import MaskingConfig, TokenClasses, mask_ngrams
 from pipelines.seeding import rng_for
 from pipelines.sop import PairConfig, document_pairs
+from pipelines.vocab_layout import CLS_ID, SEP_ID
 
-__all__ = ["CLS_ID", "SEP_ID", "Instance", "document_instances"]
-
-CLS_ID = 2  # ALBERT's id layout: <pad>=0, <unk>=1, [CLS]=2, [SEP]=3, [MASK]=4
-SEP_ID = 3
+__all__ = ["Instance", "document_instances"]
 
 
 @dataclass

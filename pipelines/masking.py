@@ -20,6 +20,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pipelines.vocab_layout import MASK_ID, NUM_SPECIAL
+
 __all__ = ["MaskedTokens", "MaskingConfig", "TokenClasses", "is_cjk", "mask_ngrams"]
 
 
@@ -70,7 +72,7 @@ class TokenClasses:
     ends_word: tuple[bool, ...] = field(repr=False)  # the piece ends in CJK/punctuation: the next one begins a word
 
     @classmethod
-    def from_pieces(cls, pieces: Sequence[str], mask_id: int = 4, num_special: int = 5) -> TokenClasses:
+    def from_pieces(cls, pieces: Sequence[str], mask_id: int = MASK_ID, num_special: int = NUM_SPECIAL) -> TokenClasses:
         """Builds the classes from ``pieces[i]`` = the piece of id i (SentencePiece ``id_to_piece``)."""
         starts, ends = [], []
         for i, piece in enumerate(pieces):

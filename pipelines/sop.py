@@ -6,6 +6,8 @@ changes:
 - the caller passes the generator, seeded per (seed, document, duplicate), so every pair is reproducible alone;
 - SOP negatives are always swaps of two consecutive segments. A chunk holding one sentence is split inside that
   sentence (at a word start) instead of borrowing a random document as the reference does (its issue #234);
+- an over-long pair is trimmed at its outer ends only (the start of the earlier part, the end of the later one),
+  never between the two parts, so B is always the text right after A (the reference trims either end at random);
 - the target length is drawn again for every chunk rather than once per document, so that ``short_seq_prob``
   is the share of pairs built for a shorter target, which is what BERT's comment promises;
 - ``nsp`` mode keeps BERT's random-document negatives (for the paper's ablation); ``none`` never relabels.
@@ -81,8 +83,9 @@ def document_pairs(
             else:
                 pair = _ordered_pair(chunk, rng, target, swap=config.inter_sentence == "sop")
             if pair is not None:
-                truncate_pair(pair.tokens_a, pair.tokens_b, max_num_tokens, rng)
-                yield pair
+                truncate_pair(pair.tokens_a, pair.tokens_b, max_num_tokens)
+                swapped = config.inter_sentence == "sop" and pair.label == 1
+                yield Pair(pair.tokens_b, pair.tokens_a, 1, target) if swapped else pair
             chunk, length = [], 0
             target = _draw_target(rng, config, max_num_tokens)
         i += 1
@@ -104,9 +107,8 @@ def _ordered_pair(chunk: list[Segment], rng: random.Random, target: int, swap: b
         tokens_a, tokens_b = list(chunk[0][:cut]), list(chunk[0][cut:])
     else:
         return None
-    if swap and rng.random() < 0.5:
-        return Pair(tokens_b, tokens_a, 1, target)
-    return Pair(tokens_a, tokens_b, 0, target)
+    # In document order; the caller swaps after truncation, so trimming never cuts between the two parts.
+    return Pair(tokens_a, tokens_b, int(swap and rng.random() < 0.5), target)
 
 
 def _nsp_pair(
@@ -132,11 +134,20 @@ def _nsp_pair(
     return Pair(tokens_a, tokens_b, 0, target), 0
 
 
-def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """Trims the longer side, one token at a time from a random end, until the pair fits (in place)."""
-    while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
+def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int) -> None:
+    """Trims a pair in document order until it fits, in place: the longer side loses tokens at its outer end.
+
+    As the reference, the longer side is trimmed (so the shorter keeps its text); unlike it, only from A's start
+    and B's end, so A and B stay adjacent text and the sentence order is all that a swap changes.
+    """
+    excess = len(tokens_a) + len(tokens_b) - max_num_tokens
+    if excess <= 0:
+        return
+    # Taking from the longer side until both are equal, then alternately, is what the one-at-a-time loop does.
+    gap = abs(len(tokens_a) - len(tokens_b))
+    from_longer = min(excess, gap)
+    rest = excess - from_longer
+    cut_a = (from_longer if len(tokens_a) > len(tokens_b) else 0) + rest // 2  # on a tie B loses first
+    cut_b = excess - cut_a
+    del tokens_a[:cut_a]
+    del tokens_b[len(tokens_b) - cut_b :]

@@ -1,17 +1,22 @@
 """Text normalisation that matches ``transformers.AlbertTokenizer``'s defaults (pure).
 
 AlbertTokenizer (do_lower_case=True, keep_accents=False) normalises with: ``\u0060\u0060`` and ``''`` → ``"``,
-NFKD, removal of combining marks (Unicode category Mn), lower-casing, then SentencePiece's own charsmap, and
-splits on whitespace. We apply the same steps before SentencePiece, so the ids our pipeline writes equal what
-that tokenizer gives for the raw text with our ``spiece.model``.
+NFKD, removal of marks (Unicode categories Mn, Mc, Me, as the tokenizers library's StripAccents), lower-casing,
+then SentencePiece's own charsmap (none: our model is trained with the identity rule), and splits on whitespace.
+We apply the same steps before SentencePiece, so the ids our pipeline writes equal what that tokenizer gives for
+the raw text with our ``spiece.model``.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 
 __all__ = ["Normalizer"]
+
+# Unicode's White_Space set, which the tokenizers library splits on; str.split() also splits on \x1c-\x1f.
+_WHITESPACE = re.compile(r"[\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,8 @@ class Normalizer:
         """Returns ``text`` normalised, with runs of whitespace collapsed to one space and the ends stripped."""
         text = text.replace("``", '"').replace("''", '"')
         if self.strip_accents:
-            text = "".join(c for c in unicodedata.normalize("NFKD", text) if unicodedata.category(c) != "Mn")
+            decomposed = unicodedata.normalize("NFKD", text)
+            text = "".join(c for c in decomposed if not unicodedata.category(c).startswith("M"))
         if self.lower_case:
             text = text.lower()
-        return " ".join(text.split())
+        return " ".join(part for part in _WHITESPACE.split(text) if part)

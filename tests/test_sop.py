@@ -7,7 +7,7 @@ import random
 import pytest
 
 from pipelines.seeding import rng_for
-from pipelines.sop import PairConfig, document_pairs
+from pipelines.sop import PairConfig, document_pairs, truncate_pair
 
 
 def _document(rng: random.Random, first: int) -> list[list[int]]:
@@ -36,7 +36,7 @@ def test_sop_pairs_are_consecutive_text_and_label_tells_the_order(max_seq_length
             first, second = (pair.tokens_a, pair.tokens_b) if pair.label == 0 else (pair.tokens_b, pair.tokens_a)
             # In document order the two parts are consecutive text: truncation only trims the outer ends.
             assert _is_contiguous(first) and _is_contiguous(second)
-            assert first[-1] < second[0]
+            assert second[0] == first[-1] + 1  # B is the text right after A: trimming never cuts between them
             labels.append(pair.label)
     assert abs(sum(labels) / len(labels) - 0.5) < 4 * (0.25 / len(labels)) ** 0.5  # 4 standard errors
 
@@ -79,3 +79,18 @@ def test_none_mode_never_swaps_and_unknown_mode_is_refused() -> None:
     assert pairs and all(p.label == 0 and p.tokens_a[-1] < p.tokens_b[0] for p in pairs)
     with pytest.raises(ValueError, match="sop"):
         PairConfig(inter_sentence="next")
+
+
+def test_truncation_trims_the_longer_side_at_its_outer_end() -> None:
+    for trial in range(2000):
+        rng = random.Random(trial)
+        a, b = list(range(rng.randint(1, 60))), list(range(100, 100 + rng.randint(1, 60)))
+        limit = rng.randint(2, 130)
+        want_a, want_b = list(a), list(b)
+        while len(want_a) + len(want_b) > limit:  # the reference's loop, with the ends fixed
+            if len(want_a) > len(want_b):
+                del want_a[0]
+            else:
+                want_b.pop()
+        truncate_pair(a, b, limit)
+        assert (a, b) == (want_a, want_b)

@@ -1,0 +1,273 @@
+"""Corpus stage: input files (or Python's own documentation) → documents with stable ids → ``data/corpus/``.
+
+Run: ``python -m pipelines.corpus --output data/corpus [--inputs 'books/**/*.txt' more.jsonl.gz]``.
+Writes ``documents-{i:05d}-of-{n:05d}.parquet`` (``documents.DOCUMENT_SCHEMA``; a document goes to file
+``file_index(id, n)``, n from the total text bytes) and then, last, ``stats.json`` with the stage's counters.
+
+Inputs: files, folders or globs in ``bert``, ``text`` (one document per file), ``jsonl`` or ``parquet``
+form, possibly gzip/bz2/... compressed (``sources`` says how each is read). No inputs: the embedded default,
+the docstrings and help topics of the standard library (``pydocs``), of which the ``embedded_max_documents``
+with the smallest hash of their id are kept, a subset spread over the whole library.
+
+Ids are ``{name}:{ordinal}``: ``name`` is the file's path relative to the non-glob folder of its pattern
+(its basename for a plain path, e.g. ``books/a.txt`` for ``data/**/*.txt``) and ``ordinal`` counts the
+documents (records, rows) of the file from 0. Nothing in an id or ``meta`` depends on where the data folder is.
+
+Bad input: a missing path or a pattern that matches nothing fails before the pipeline, naming it; so does an
+unknown extension under ``auto``, or two files that would share ids. Invalid UTF-8, a NUL byte (a binary file),
+invalid JSON, a JSON line without the text field, an unreadable archive or Parquet file fail the run with the
+file (and line) in the message: silently dropping them would change the corpus without anyone noticing.
+An empty file and an empty document are skipped and counted (``empty_files``, ``empty_documents``).
+Outputs of an earlier run are removed first and again on failure, so no stale file is left under a final name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics, MetricsFilter
+
+from pipelines import files, pydocs
+from pipelines.documents import DOCUMENT_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
+from pipelines.options import parse_stage_args
+from pipelines.seeding import stable_hash64
+from pipelines.sources import FORMATS, Source, plan_sources, read_records
+
+__all__ = [
+    "CorpusConfig",
+    "ReadDocuments",
+    "WriteDocumentFiles",
+    "remove_outputs",
+    "run",
+    "stage_counters",
+]
+
+
+@dataclasses.dataclass
+class CorpusConfig:
+    """The corpus stage's knobs (params.yaml section ``corpus``)."""
+
+    inputs: list[str] = dataclasses.field(
+        default_factory=list, metadata={"help": "files, folders or globs (any Beam filesystem); none = embedded"}
+    )
+    format: str = dataclasses.field(default="auto", metadata={"help": f"one of {', '.join(FORMATS)}"})
+    text_field: str = dataclasses.field(default="text", metadata={"help": "JSON Lines key / Parquet column"})
+    embedded_max_documents: int = dataclasses.field(
+        default=4000, metadata={"help": "embedded default: keep at most this many documents"}
+    )
+    embedded_min_chars: int = dataclasses.field(
+        default=300, metadata={"help": "embedded default: keep only texts longer than this (characters)"}
+    )
+    embedded_packages: list[str] = dataclasses.field(
+        default_factory=list, metadata={"help": "embedded default: only these top-level modules; none = all"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        if self.embedded_max_documents < 1:
+            raise ValueError(f"embedded_max_documents must be positive, got {self.embedded_max_documents}")
+
+
+class _ReadFile(beam.DoFn):
+    """Reads one input file into documents; owns the counters of files and documents skipped."""
+
+    COUNTERS = ("input_files", "empty_files", "empty_documents")
+
+    def __init__(self, text_field: str):
+        self._text_field = text_field
+        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
+
+    def process(self, source: Source) -> Iterator[dict]:
+        self._count["input_files"].inc()
+        produced = 0
+        for ordinal, (text, where) in enumerate(read_records(source, self._text_field) if source.size else ()):
+            produced += 1
+            if not text.strip():
+                self._count["empty_documents"].inc()
+                continue
+            meta = {"format": source.format, "source": source.name, **where}
+            yield {
+                "id": f"{source.name}:{ordinal}",
+                "text": text.strip(),
+                "presegmented": source.format == "bert",
+                "meta": json.dumps(meta, sort_keys=True),
+            }
+        if not produced:
+            self._count["empty_files"].inc()
+
+
+class _ParseStdlibSource(beam.DoFn):
+    """Parses one standard-library source file into documentation documents (embedded default)."""
+
+    COUNTERS = ("source_files", "unparsable_sources", "short_docstrings")
+
+    def __init__(self, min_chars: int):
+        self._min_chars = min_chars
+        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
+
+    def process(self, source: str) -> Iterator[dict]:
+        self._count["source_files"].inc()
+        try:
+            documents = pydocs.source_documents(source)
+        except (SyntaxError, ValueError):  # e.g. a file written for another Python version
+            self._count["unparsable_sources"].inc()
+            return
+        for document in documents:
+            if len(document["text"]) > self._min_chars:
+                yield document
+            else:
+                self._count["short_docstrings"].inc()
+
+
+def _selection_key(document: dict) -> int:
+    # Smallest hashes of the id: a subset spread over the whole library, the same for every run and runner.
+    return stable_hash64("embedded", document["id"])
+
+
+def _each(items: list) -> list:
+    return items
+
+
+class ReadDocuments(beam.PTransform):
+    """Reads the configured inputs (or the embedded default) into document dicts of ``DOCUMENT_SCHEMA``.
+
+    Input files are matched when the transform is applied, so a missing path fails before the pipeline runs.
+    """
+
+    def __init__(self, config: CorpusConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        config = self._config
+        if config.inputs:
+            return (
+                pbegin
+                | "ListFiles" >> beam.Create(plan_sources(config.inputs, config.format))
+                | "SpreadFiles" >> beam.Reshuffle()
+                | "ReadFiles" >> beam.ParDo(_ReadFile(config.text_field))
+            )
+        sources = pydocs.stdlib_sources(config.embedded_packages)
+        if not sources:
+            raise ValueError(f"embedded_packages {config.embedded_packages} match no standard-library module")
+        return (
+            pbegin
+            | "ListStdlibSources" >> beam.Create(sources)
+            | "SpreadSources" >> beam.Reshuffle()
+            | "ParseDocstrings" >> beam.ParDo(_ParseStdlibSource(config.embedded_min_chars))
+            | "KeepSpreadSubset" >> beam.combiners.Top.Smallest(config.embedded_max_documents, key=_selection_key)
+            | "Unlist" >> beam.FlatMap(_each)
+        )
+
+
+def _text_bytes(document: dict) -> int:
+    return len(document["text"].encode("utf-8"))
+
+
+def _key_by_file(document: dict, num_files: int) -> tuple[tuple[int, int], dict]:
+    return (file_index(document["id"], num_files), num_files), document
+
+
+def _every_file(num_files: int) -> Iterator[tuple[tuple[int, int], None]]:
+    # One marker per file index, so a file that no document hashes to is still written (empty).
+    return (((i, num_files), None) for i in range(num_files))
+
+
+class _WriteFile(beam.DoFn):
+    """Writes one ``documents-i-of-n.parquet``; owns the counters of what was written."""
+
+    COUNTERS = ("documents", "document_bytes")
+
+    def __init__(self, output: str):
+        self._output = output
+        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
+
+    def process(self, element: tuple[tuple[int, int], Iterable[dict | None]]) -> Iterator[str]:
+        (index, num_files), documents = element
+        rows = [d for d in documents if d is not None]
+        self._count["documents"].inc(len(rows))
+        self._count["document_bytes"].inc(sum(map(_text_bytes, rows)))
+        path = files.join(self._output, file_name("documents", index, num_files))
+        files.write_parquet_atomically(path, table_from_rows(rows, DOCUMENT_SCHEMA))
+        yield path
+
+
+class WriteDocumentFiles(beam.PTransform):
+    """Writes documents to n Parquet files by id hash, n from their total text bytes; yields the paths."""
+
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, documents: beam.PCollection) -> beam.PCollection:
+        num_files = (
+            documents
+            | "TextBytes" >> beam.Map(_text_bytes)
+            | "TotalBytes" >> beam.CombineGlobally(sum)
+            | "NumFiles" >> beam.Map(files_for_bytes)
+        )
+        keyed = documents | "KeyByFile" >> beam.Map(_key_by_file, beam.pvalue.AsSingleton(num_files))
+        markers = num_files | "EveryFile" >> beam.FlatMap(_every_file)
+        return (
+            (keyed, markers)
+            | "WithEmptyFiles" >> beam.Flatten()
+            | "GroupByFile" >> beam.GroupByKey()
+            | "WriteFiles" >> beam.ParDo(_WriteFile(self._output))
+        )
+
+
+def remove_outputs(output: str, kind: str) -> None:
+    """Deletes ``{kind}-*.parquet``, ``stats.json`` and leftover temporary files from ``output``."""
+    for pattern in (f"{kind}-*-of-*.parquet", "stats.json", ".tmp-*"):
+        matched = FileSystems.match([files.join(output, pattern)])[0].metadata_list
+        if matched:
+            FileSystems.delete([m.path for m in matched])
+
+
+def stage_counters(result: beam.runners.runner.PipelineResult, *dofns: type) -> dict[str, int]:
+    """Returns the Beam counters of ``dofns`` by name (summed over steps), as written to ``stats.json``.
+
+    Every name in a DoFn's ``COUNTERS`` is present, 0 when never incremented, so the metrics file has a
+    fixed set of keys for ``dvc metrics diff``.
+    """
+    totals = {name: 0 for dofn in dofns for name in getattr(dofn, "COUNTERS", ())}
+    for counter in result.metrics().query(MetricsFilter().with_namespaces(dofns))["counters"]:
+        value = counter.committed if counter.committed is not None else counter.attempted
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + value
+    return dict(sorted(totals.items()))
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Runs the corpus stage and returns what it wrote to ``stats.json``."""
+    args = parse_stage_args(
+        argv,
+        CorpusConfig,
+        "corpus",
+        {"output": "folder for documents-*.parquet and stats.json"},
+        __doc__.splitlines()[0],
+    )
+    output = args.paths["output"]
+    remove_outputs(output, "documents")
+    try:
+        pipeline = beam.Pipeline(options=args.beam)
+        _ = pipeline | "ReadDocuments" >> ReadDocuments(args.config) | "WriteDocuments" >> WriteDocumentFiles(output)
+        result = pipeline.run()
+        result.wait_until_finish()
+    except BaseException:
+        remove_outputs(output, "documents")
+        raise
+    reader = _ReadFile if args.config.inputs else _ParseStdlibSource
+    counters = stage_counters(result, reader, _WriteFile)
+    written = FileSystems.match([files.join(output, "documents-*-of-*.parquet")])[0].metadata_list
+    stats = {"config": dataclasses.asdict(args.config), "counters": counters, "files": len(written)}
+    files.write_json_atomically(files.join(output, "stats.json"), stats)
+    return stats
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,165 @@
+"""Segment stage: corpus documents → normalised sentences, one row per document → ``data/sentences/``.
+
+Run: ``python -m pipelines.segment --input data/corpus --output data/sentences``.
+Each ``documents-i-of-n.parquet`` becomes ``sentences-i-of-n.parquet`` (``documents.SENTENCES_SCHEMA``): the
+same n and the same file per document, so the stage works file by file with no shuffle of documents. Then,
+last, ``stats.json`` with the counters.
+
+Per document: the RAW text is split into sentences (``sentences.split_sentences``, or its lines when
+``presegmented``), because the segmenter needs case and punctuation; each sentence is then normalised with
+``textnorm.Normalizer`` (what AlbertTokenizer would do) and cut to ``max_sentence_words`` words.
+Counted: documents, sentences, long_sentences_split (sentences that were cut), and what is dropped:
+empty_sentences (nothing left after normalisation) and empty_documents (no sentence left).
+Bad input: an input folder without ``stats.json`` (the corpus stage did not finish) or with an incomplete set
+of document files fails before the pipeline, naming the folder; an unreadable Parquet file fails the run naming
+the file. Outputs of an earlier run are removed first and again on failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics
+
+from pipelines import files
+from pipelines.corpus import remove_outputs, stage_counters
+from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+from pipelines.options import parse_stage_args
+from pipelines.sentences import document_sentences, split_long
+from pipelines.textnorm import Normalizer
+
+__all__ = ["SegmentConfig", "SegmentDocuments", "corpus_files", "run"]
+
+_DOCUMENT_FILE = re.compile(r"documents-(\d{5})-of-(\d{5})\.parquet$")
+
+
+@dataclasses.dataclass
+class SegmentConfig:
+    """The segment stage's knobs (params.yaml section ``segment``)."""
+
+    language: str = dataclasses.field(default="en", metadata={"help": "ISO 639 code for the sentence splitter"})
+    lower_case: bool = dataclasses.field(default=True, metadata={"help": "lower-case (AlbertTokenizer default)"})
+    strip_accents: bool = dataclasses.field(
+        default=True, metadata={"help": "drop combining marks after NFKD (AlbertTokenizer default)"}
+    )
+    max_sentence_words: int = dataclasses.field(
+        default=200, metadata={"help": "cut longer sentences (CJK characters count one word each)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_sentence_words < 1:
+            raise ValueError(f"max_sentence_words must be positive, got {self.max_sentence_words}")
+
+
+def corpus_files(folder: str) -> list[str]:
+    """Returns the sorted document files of a finished corpus stage in ``folder``.
+
+    Raises:
+        FileNotFoundError: ``folder`` has no ``stats.json`` (the corpus stage did not finish) or no documents.
+        ValueError: the files do not form one complete ``documents-i-of-n`` set.
+    """
+    if not FileSystems.exists(files.join(folder, "stats.json")):
+        raise FileNotFoundError(f"{folder}: no stats.json, so no finished corpus stage output here")
+    matched = FileSystems.match([files.join(folder, "documents-*-of-*.parquet")])[0].metadata_list
+    paths = sorted(m.path for m in matched if _DOCUMENT_FILE.search(m.path))
+    if not paths:
+        raise FileNotFoundError(f"{folder}: no documents-*-of-*.parquet files")
+    numbers = [tuple(map(int, _DOCUMENT_FILE.search(p).groups())) for p in paths]
+    num_files = numbers[0][1]
+    if sorted(numbers) != [(i, num_files) for i in range(num_files)]:
+        raise ValueError(f"{folder}: documents-*.parquet are not one complete set of {num_files} files")
+    return paths
+
+
+class _SegmentFile(beam.DoFn):
+    """Segments and normalises the documents of one corpus file and writes its sentences file."""
+
+    COUNTERS = ("documents", "empty_documents", "sentences", "empty_sentences", "long_sentences_split")
+
+    def __init__(self, output: str, config: SegmentConfig):
+        self._output = output
+        self._config = config
+        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
+
+    def setup(self) -> None:
+        self._normalize = Normalizer(self._config.lower_case, self._config.strip_accents)
+        self._language = self._config.language
+
+    def process(self, path: str) -> Iterator[str]:
+        index, num_files = map(int, _DOCUMENT_FILE.search(path).groups())
+        rows = []
+        for document in files.read_parquet(path).to_pylist():
+            self._count["documents"].inc()
+            sentences = self._sentences(document["text"], document["presegmented"])
+            if not sentences:
+                self._count["empty_documents"].inc()
+                continue
+            rows.append({"id": document["id"], "sentences": sentences, "meta": document["meta"]})
+        out = files.join(self._output, file_name("sentences", index, num_files))
+        files.write_parquet_atomically(out, table_from_rows(rows, SENTENCES_SCHEMA))
+        yield out
+
+    def _sentences(self, text: str, presegmented: bool) -> list[str]:
+        kept: list[str] = []
+        for raw in document_sentences(text, presegmented, self._language):
+            sentence = self._normalize(raw)
+            if not sentence:
+                self._count["empty_sentences"].inc()
+                continue
+            pieces = split_long(sentence, self._config.max_sentence_words)
+            if len(pieces) > 1:
+                self._count["long_sentences_split"].inc()
+            kept.extend(pieces)
+        self._count["sentences"].inc(len(kept))
+        return kept
+
+
+class SegmentDocuments(beam.PTransform):
+    """Corpus document file paths → the sentences files written for them (their paths), file by file."""
+
+    def __init__(self, output: str, config: SegmentConfig):
+        super().__init__()
+        self._output = output
+        self._config = config
+
+    def expand(self, document_files: beam.PCollection) -> beam.PCollection:
+        return (
+            document_files
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "SegmentFiles" >> beam.ParDo(_SegmentFile(self._output, self._config))
+        )
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Runs the segment stage and returns what it wrote to ``stats.json``."""
+    paths = {"input": "corpus stage output folder", "output": "folder for sentences-*.parquet and stats.json"}
+    args = parse_stage_args(argv, SegmentConfig, "segment", paths, __doc__.splitlines()[0])
+    inputs, output = corpus_files(args.paths["input"]), args.paths["output"]
+    remove_outputs(output, "sentences")
+    try:
+        pipeline = beam.Pipeline(options=args.beam)
+        _ = (
+            pipeline
+            | "ListDocumentFiles" >> beam.Create(inputs)
+            | "SegmentDocuments" >> SegmentDocuments(output, args.config)
+        )
+        result = pipeline.run()
+        result.wait_until_finish()
+    except BaseException:
+        remove_outputs(output, "sentences")
+        raise
+    stats = {
+        "config": dataclasses.asdict(args.config),
+        "counters": stage_counters(result, _SegmentFile),
+        "files": len(inputs),
+    }
+    files.write_json_atomically(files.join(output, "stats.json"), stats)
+    return stats
+
+
+if __name__ == "__main__":
+    run()

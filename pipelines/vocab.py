@@ -1,0 +1,239 @@
+"""The vocab stage: a deterministic, bounded sentence sample → SentencePiece unigram model with ALBERT's ids.
+
+Owns ``VocabConfig``, the ``SampleSentences`` PTransform and ``train_vocab``. SentencePiece loads every
+training sentence into memory and builds a suffix array (sentencepiece#708), so Beam first keeps the
+``sample_sentences`` sentences with the smallest stable hash (memory O(sample), the same whatever the runner
+or worker count), writes them sorted by hash to one file, and SentencePiece trains on that file alone. Run::
+
+    python -m pipelines.vocab --input data/sentences --output data/vocab
+
+Outputs: ``spiece.model``, ``spiece.vocab`` and, written last, ``stats.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+from collections.abc import Iterator
+
+import apache_beam as beam
+import pyarrow.compute as pc
+import sentencepiece as spm
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics, MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import files
+from pipelines.options import parse_stage_args
+from pipelines.seeding import stable_hash64
+from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
+
+__all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to_file", "train_vocab"]
+
+MODEL_TYPES = ("unigram",)  # transformers.AlbertTokenizer is a Unigram tokenizer; BPE pieces would not load
+SAMPLE_FILE = ".sample-sentences.txt"
+# "identity": textnorm.Normalizer is the only normalisation. AlbertTokenizer applies the same steps, and with
+# no precompiled charsmap in the model there is nothing else for the Hugging Face export to carry over.
+NORMALIZATION_RULE = "identity"
+
+
+@dataclasses.dataclass
+class VocabConfig:
+    """The vocab stage's knobs (params.yaml section ``vocab``)."""
+
+    vocab_size: int = dataclasses.field(default=30000, metadata={"help": "pieces including the 5 special ones"})
+    character_coverage: float = dataclasses.field(
+        default=0.99995, metadata={"help": "share of characters covered; the rarest rest map to <unk>"}
+    )
+    model_type: str = dataclasses.field(default="unigram", metadata={"help": f"one of {MODEL_TYPES}"})
+    sample_sentences: int = dataclasses.field(
+        default=1_000_000, metadata={"help": "train on at most this many sentences, chosen by stable hash"}
+    )
+    seed: int = dataclasses.field(default=12345, metadata={"help": "salt of the sampling hash"})
+    num_threads: int = dataclasses.field(
+        default=8, metadata={"help": "SentencePiece trainer threads; part of the result (float sum order)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type {self.model_type!r}: expected one of {MODEL_TYPES}")
+        if self.vocab_size <= len(SPECIAL_PIECES):
+            raise ValueError(f"vocab_size {self.vocab_size}: must exceed the {len(SPECIAL_PIECES)} special pieces")
+        if self.sample_sentences < 1 or self.num_threads < 1:
+            raise ValueError("sample_sentences and num_threads must be positive")
+
+
+class SampleSentences(beam.PTransform):
+    """Sentences → one element: the ``size`` sentences with the smallest hash, sorted by that hash.
+
+    The hash is ``stable_hash64("vocab", seed, sentence)``, so the sample depends only on the set of input
+    sentences and the seed; repeated sentences share a hash and enter the sample together, keeping their count.
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        super().__init__()
+        self._size = size
+        self._seed = seed
+
+    def expand(self, sentences: beam.PCollection[str]) -> beam.PCollection[list[str]]:
+        seed = self._seed
+        return (
+            sentences
+            | "KeyByHash" >> beam.Map(lambda s: (stable_hash64("vocab", seed, s), s))
+            | "KeepSmallest" >> beam.combiners.Top.Smallest(self._size)
+            | "DropHashes" >> beam.Map(lambda pairs: [s for _, s in pairs])
+        )
+
+
+def read_sentences(path: str) -> Iterator[str]:
+    """Yields every sentence of one segment-stage Parquet file, counting files and sentences."""
+    column = files.read_parquet(path, columns=["sentences"]).column("sentences")
+    Metrics.counter("vocab", "files_read").inc()
+    sentences = pc.list_flatten(column).to_pylist()
+    Metrics.counter("vocab", "sentences_read").inc(len(sentences))
+    yield from sentences
+
+
+def _write_sample(sample: list[str], path: str) -> int:
+    # Normalised sentences hold no newlines (textnorm collapses whitespace), so one per line is lossless.
+    Metrics.counter("vocab", "sentences_sampled").inc(len(sample))
+    files.write_bytes_atomically(path, "".join(s + "\n" for s in sample).encode("utf-8"))
+    return len(sample)
+
+
+def _lines(path: str) -> Iterator[str]:
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        for line in io.TextIOWrapper(raw, encoding="utf-8"):
+            yield line.rstrip("\n")
+
+
+def train_vocab(sentences_file: str, model_prefix: str, config: VocabConfig) -> spm.SentencePieceProcessor:
+    """Trains SentencePiece on ``sentences_file`` and writes ``{model_prefix}.model`` and ``.vocab``.
+
+    Training is byte-identical for equal input files and config: the whole file is used in order (no
+    SentencePiece subsampling or shuffling: the Beam sample is the bounded one), sentences come through an
+    iterator and the model through a writer, so no file path is recorded in the model, and the thread count
+    is fixed by config because it changes the float sums and hence the pieces.
+
+    Args:
+        sentences_file: one normalised sentence per line (any Beam filesystem path).
+        model_prefix: path prefix of the two output files.
+        config: the stage's knobs.
+
+    Returns:
+        The trained model, its id layout checked.
+
+    Raises:
+        ValueError: when the file holds no sentence, or the result breaks ALBERT's id layout.
+    """
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_lines(sentences_file),
+        model_writer=model,
+        model_type=config.model_type,
+        vocab_size=config.vocab_size,
+        character_coverage=config.character_coverage,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=-1,
+        eos_id=-1,
+        pad_piece=SPECIAL_PIECES[PAD_ID],
+        unk_piece=SPECIAL_PIECES[UNK_ID],
+        control_symbols=list(CONTROL_SYMBOLS),
+        normalization_rule_name=NORMALIZATION_RULE,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=config.num_threads,
+        minloglevel=2,
+    )
+    sp = spiece_from_proto(model.getvalue(), f"{model_prefix}.model")
+    files.write_bytes_atomically(f"{model_prefix}.model", model.getvalue())
+    files.write_bytes_atomically(f"{model_prefix}.vocab", _vocab_text(sp).encode("utf-8"))
+    return sp
+
+
+def _vocab_text(sp: spm.SentencePieceProcessor) -> str:
+    # spm_train's own .vocab format: piece, tab, score printed like C++ ostream's default (6 significant digits).
+    return "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
+
+
+def _counters(result: beam.runners.runner.PipelineResult) -> dict[str, int]:
+    query = result.metrics().query(MetricsFilter().with_namespace("vocab"))
+    return {c.key.metric.name: c.committed for c in sorted(query["counters"], key=lambda c: c.key.metric.name)}
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Runs the stage: sample sentences with Beam, train SentencePiece, write ``stats.json`` last.
+
+    Returns:
+        The stats written to ``stats.json``.
+    """
+    args = parse_stage_args(
+        argv,
+        VocabConfig,
+        "vocab",
+        {"input": "segment stage folder", "output": "folder for spiece.model"},
+        "Sample sentences and train the SentencePiece vocabulary with ALBERT's special ids.",
+    )
+    config, out = args.config, args.paths["output"]
+    inputs = [p for p, _ in files.match_paths([files.join(args.paths["input"], "sentences-*-of-*.parquet")])]
+    sample_path = files.join(out, SAMPLE_FILE)
+    files.delete_if_exists(files.join(out, "stats.json"))  # its presence marks a finished run
+    counters = sample_to_file(inputs, sample_path, config, args.beam)
+    return _train_and_record(sample_path, out, config, counters)
+
+
+def sample_to_file(
+    inputs: list[str], sample_path: str, config: VocabConfig, options: PipelineOptions
+) -> dict[str, int]:
+    """Runs the Beam pipeline that writes the sentence sample of ``inputs`` to ``sample_path``.
+
+    Args:
+        inputs: segment-stage Parquet files.
+        sample_path: the text file to write, one sentence per line, sorted by sampling hash.
+        config: the stage's knobs (``sample_sentences``, ``seed``).
+        options: Beam's pipeline options.
+
+    Returns:
+        The pipeline's counters in namespace ``vocab`` (files_read, sentences_read, sentences_sampled).
+    """
+    pipeline = beam.Pipeline(options=options)
+    _ = (
+        pipeline
+        | "ListSentenceFiles" >> beam.Create(inputs)
+        | "SpreadFiles" >> beam.Reshuffle()
+        | "ReadSentences" >> beam.FlatMap(read_sentences)
+        | "SampleSentences" >> SampleSentences(config.sample_sentences, config.seed)
+        | "WriteSample" >> beam.Map(_write_sample, sample_path)
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    return _counters(result)
+
+
+def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:
+    if not counters.get("sentences_sampled"):
+        raise ValueError(f"{sample_path}: no sentence to train on (counters: {counters})")
+    tmp_prefix = files.join(out, ".tmp-spiece")
+    sp = train_vocab(sample_path, tmp_prefix, config)
+    for suffix in (".model", ".vocab"):
+        files.delete_if_exists(files.join(out, "spiece" + suffix))
+        FileSystems.rename([tmp_prefix + suffix], [files.join(out, "spiece" + suffix)])
+    files.delete_if_exists(sample_path)  # reproducible from the inputs; not worth a DVC-cached copy
+    stats = {
+        "sampled_sentences": counters["sentences_sampled"],
+        "vocab_size": sp.get_piece_size(),
+        "spiece_model_sha256": files.sha256_hex(files.read_bytes(files.join(out, "spiece.model"))),
+        "counters": counters,
+        "config": dataclasses.asdict(config),
+    }
+    files.write_json_atomically(files.join(out, "stats.json"), stats)
+    logging.info("vocab: %d pieces from %d sentences", stats["vocab_size"], stats["sampled_sentences"])
+    return stats
+
+
+if __name__ == "__main__":
+    logging.getLogger().setLevel(logging.INFO)
+    run()

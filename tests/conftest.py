@@ -1,0 +1,54 @@
+"""Shared fixtures: one small run of the real stages over the embedded default corpus, reused by many tests."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Beam's in-memory runner keeps unit tests quick; tests that check parallel equality ask for processes.
+LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+NO_PARAMS = ["--params", os.devnull]  # tests set every knob they rely on, whatever params.yaml holds
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    corpus: Path
+    sentences: Path
+    vocab: Path
+    shards: Path
+
+    @property
+    def spiece(self) -> Path:
+        return self.vocab / "spiece.model"
+
+
+INSTANCE_FLAGS = [
+    "--max_seq_length=128",
+    "--dupe_factor=4",
+    "--validation_fraction=0.05",
+    "--seed=7",
+]
+
+
+def run_instances(run: PipelineRun, output: Path, *extra: str) -> None:
+    from pipelines import instances
+
+    argv = [*NO_PARAMS, "--input", str(run.sentences), "--spiece", str(run.spiece), "--output", str(output)]
+    instances.run([*argv, *INSTANCE_FLAGS, *extra])
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
+    """corpus → segment → vocab → instances on 600 documents of the embedded default, through each stage's run()."""
+    from pipelines import corpus, segment, vocab
+
+    root = tmp_path_factory.mktemp("pipeline")
+    run = PipelineRun(root / "corpus", root / "sentences", root / "vocab", root / "shards")
+    corpus.run([*NO_PARAMS, "--output", str(run.corpus), "--embedded_max_documents=600", *LOCAL])
+    segment.run([*NO_PARAMS, "--input", str(run.corpus), "--output", str(run.sentences), *LOCAL])
+    vocab.run([*NO_PARAMS, "--input", str(run.sentences), "--output", str(run.vocab), "--vocab_size=2000", *LOCAL])
+    run_instances(run, run.shards, *LOCAL)
+    return run

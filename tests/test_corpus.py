@@ -1,0 +1,215 @@
+"""Tests for the corpus stage (pipelines.corpus, pipelines.sources, pipelines.pydocs) on tiny real files."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import corpus, pydocs, sources
+
+IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def _run(out: Path, *flags: str, beam: list[str] = IN_MEMORY) -> dict:
+    # --params points nowhere so a params.yaml in the working directory cannot change the test.
+    return corpus.run(["--output", str(out), "--params", str(out.parent / "none.yaml"), *flags, *beam])
+
+
+def _documents(out: Path) -> dict[str, dict]:
+    rows = [row for path in sorted(out.glob("documents-*.parquet")) for row in pq.read_table(path).to_pylist()]
+    return {row["id"]: {**row, "meta": json.loads(row["meta"])} for row in rows}
+
+
+def _file_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> Path:
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "a.txt").write_text("A plain text file.\n\nIts second paragraph.\n", encoding="utf-8")
+    lines = [{"text": "first json"}, {"text": ""}, {"text": "third json", "x": 1}]
+    jsonl = "\n".join(map(json.dumps, lines)) + "\n\n"
+    (data / "sub" / "b.jsonl.gz").write_bytes(gzip.compress(jsonl.encode()))
+    (data / "sub" / "c.json.bz2").write_bytes(bz2.compress(b'{"body": "ignored", "text": "bz2 doc"}\n'))
+    pq.write_table(pa.table({"text": ["row zero", None, "row two"]}), data / "d.parquet")
+    (data / "empty.txt").write_bytes(b"")
+    return data
+
+
+def test_reads_every_format_with_ids_relative_to_the_glob(mixed: Path, tmp_path: Path):
+    stats = _run(tmp_path / "out", "--inputs", f"{mixed}/**")
+    docs = _documents(tmp_path / "out")
+    assert {i: d["text"] for i, d in docs.items()} == {
+        "a.txt:0": "A plain text file.\n\nIts second paragraph.",
+        "sub/b.jsonl.gz:0": "first json",
+        "sub/b.jsonl.gz:2": "third json",
+        "sub/c.json.bz2:0": "bz2 doc",
+        "d.parquet:0": "row zero",
+        "d.parquet:2": "row two",
+    }
+    assert docs["sub/b.jsonl.gz:2"]["meta"] == {"format": "jsonl", "line": 3, "source": "sub/b.jsonl.gz"}
+    assert not any(d["presegmented"] for d in docs.values())
+    counters = stats["counters"]
+    assert (counters["input_files"], counters["empty_files"], counters["empty_documents"]) == (5, 1, 2)
+    assert counters["documents"] == 6
+    assert json.loads((tmp_path / "out" / "stats.json").read_text()) == stats
+
+
+def test_bert_layout_gives_presegmented_documents(tmp_path: Path):
+    text = "\n\nFirst sentence.\nSecond sentence.\n\n\n \nOther document.\n"
+    (tmp_path / "wiki.txt.gz").write_bytes(gzip.compress(text.encode()))
+    _run(tmp_path / "out", "--inputs", str(tmp_path / "wiki.txt.gz"), "--format", "bert")
+    docs = _documents(tmp_path / "out")
+    assert {i: d["text"] for i, d in docs.items()} == {
+        "wiki.txt.gz:0": "First sentence.\nSecond sentence.",
+        "wiki.txt.gz:1": "Other document.",
+    }
+    assert all(d["presegmented"] for d in docs.values())
+    assert docs["wiki.txt.gz:1"]["meta"]["line"] == 8
+
+
+def test_ids_and_bytes_do_not_change_when_the_folder_moves(mixed: Path, tmp_path: Path):
+    moved = shutil.copytree(mixed, tmp_path / "elsewhere" / "renamed")
+    _run(tmp_path / "one", "--inputs", f"{mixed}/**")
+    _run(tmp_path / "two", "--inputs", str(moved))  # a folder works like folder/**
+    one, two = _file_bytes(tmp_path / "one"), _file_bytes(tmp_path / "two")
+    assert one.pop("stats.json") != two.pop("stats.json")  # it records the inputs as given
+    assert one == two
+
+
+def test_plain_paths_are_named_by_basename_and_clashes_fail(tmp_path: Path):
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "same.txt").write_text(f"text of {folder}")
+    _run(tmp_path / "out", "--inputs", str(tmp_path / "x" / "same.txt"))
+    assert list(_documents(tmp_path / "out")) == ["same.txt:0"]
+    with pytest.raises(ValueError, match="would share the document ids"):
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "x" / "same.txt"), str(tmp_path / "y" / "same.txt"))
+
+
+def test_multiprocessing_runner_writes_the_same_bytes(mixed: Path, tmp_path: Path):
+    _run(tmp_path / "one", "--inputs", f"{mixed}/**")
+    multi = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    _run(tmp_path / "two", "--inputs", f"{mixed}/**", beam=multi)
+    assert _file_bytes(tmp_path / "one") == _file_bytes(tmp_path / "two")
+
+
+def test_embedded_default_is_deterministic_and_labelled(tmp_path: Path):
+    flags = ["--embedded_packages", "json", "pydoc_data", "--embedded_max_documents", "12"]
+    stats = _run(tmp_path / "one", *flags)
+    _run(tmp_path / "two", *flags)
+    assert _file_bytes(tmp_path / "one") == _file_bytes(tmp_path / "two")
+    docs = _documents(tmp_path / "one")
+    assert len(docs) == 12 == stats["counters"]["documents"]
+    assert stats["counters"]["source_files"] == len(pydocs.stdlib_sources(["json", "pydoc_data"]))
+    for doc_id, doc in docs.items():
+        assert re.fullmatch(r"(pydoc:json[\w.]*(:[\w.~]+)?|topic:\S+)", doc_id)
+        assert len(doc["text"]) > 300 and ">>>" not in doc["text"]
+        meta = doc["meta"]
+        assert meta["package"] == meta["module"].split(".")[0] in ("json", "pydoc_data")
+        assert meta["kind"] in ("module", "class", "function", "method", "topic")
+
+
+def test_stdlib_listing_skips_tests_and_tools():
+    sources = pydocs.stdlib_sources()
+    assert sources == sorted(sources) and "json/decoder.py" in sources and pydocs.TOPICS_SOURCE in sources
+    for skipped in ("test/", "tests/", "idlelib/", "lib2to3/", "site-packages/"):
+        assert not any(f"/{skipped}" in f"/{s}" for s in sources)
+
+
+def test_docstrings_are_parsed_not_imported(tmp_path: Path):
+    (tmp_path / "pkg").mkdir()
+    source = '''"""Module doc."""
+raise SystemExit("importing this would stop the test")
+class Box:
+    """Box doc.
+
+    >>> Box().size
+    3
+
+    After the example."""
+    def size(self):
+        """Size doc."""
+if True:
+    def helper():
+        """First helper."""
+else:
+    def helper():
+        """Second helper."""
+'''
+    (tmp_path / "pkg" / "mod.py").write_text(source)
+    docs = {d["id"]: d for d in pydocs.source_documents("pkg/mod.py", root=str(tmp_path))}
+    assert list(docs) == ["pydoc:pkg.mod", "pydoc:pkg.mod:Box", "pydoc:pkg.mod:Box.size",
+                          "pydoc:pkg.mod:helper", "pydoc:pkg.mod:helper~2"]  # fmt: skip
+    assert docs["pydoc:pkg.mod:Box"]["text"] == "Box doc.\n\nAfter the example."
+    assert json.loads(docs["pydoc:pkg.mod:Box.size"]["meta"])["kind"] == "method"
+    assert json.loads(docs["pydoc:pkg.mod:helper~2"]["meta"])["package"] == "pkg"
+    topics = pydocs.source_documents(pydocs.TOPICS_SOURCE)
+    assert "topic:assert" in {d["id"] for d in topics}
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bad.txt", b"fine line\ncaf\xe9 latin-1\n", "line 2: invalid UTF-8"),
+        ("image.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "line 1: invalid UTF-8"),
+        ("zeros.txt", b"text then\n\x00\x00\x00\x01", "line 2: NUL byte"),
+        ("rows.jsonl", b'{"text": "a"}\n\n{"body": "b"}\n', "line 3: no 'text' field"),
+        ("rows.jsonl", b'{"text": "a"}\n{"text": \n', "line 2: invalid JSON"),
+        ("rows.jsonl", b'{"text": ["a"]}\n', "line 1: 'text' is list"),
+        ("broken.txt.gz", gzip.compress(b"some text")[:-12] + b"garbage!!", "cannot read"),
+        ("truncated.jsonl.bz2", bz2.compress(b'{"text": "some text"}\n' * 50)[:-20], "cannot read"),
+        ("table.parquet", b"PAR1 not really parquet", "cannot read"),
+    ],
+)
+def test_bad_files_raise_naming_the_file(tmp_path: Path, name: str, content: bytes, message: str):
+    (tmp_path / name).write_bytes(content)
+    [source] = sources.plan_sources([str(tmp_path / name)])
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / name}: ")) as raised:
+        list(sources.read_records(source, "text"))
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [("bad.txt", b"fine line\ncaf\xe9 latin-1\n"), ("rows.jsonl", b'{"text": "a"}\n{"body": "b"}\n')],
+)
+def test_errors_in_workers_name_the_file_and_leave_no_output(tmp_path: Path, name: str, content: bytes):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "good.txt").write_text("fine")
+    (tmp_path / "in" / name).write_bytes(content)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "documents-00000-of-00001.parquet").write_bytes(b"stale")
+    (out / "stats.json").write_text("{}")
+    with pytest.raises(Exception, match=re.escape(name)):
+        _run(out, "--inputs", str(tmp_path / "in"))
+    assert list(out.iterdir()) == []
+
+
+def test_missing_path_or_unknown_extension_fails_before_the_pipeline(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.txt"):
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "nowhere.txt"))
+    (tmp_path / "notes.docx").write_bytes(b"PK")
+    with pytest.raises(ValueError, match=r"notes\.docx.*--format"):
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "notes.docx"))
+    with pytest.raises(ValueError, match="format must be one of"):
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "notes.docx"), "--format", "docx")
+
+
+def test_parquet_without_the_text_column_names_file_and_column(tmp_path: Path):
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "t.parquet")
+    with pytest.raises(Exception, match=r"t\.parquet: no text column 'text'"):
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "t.parquet"))
+    _run(tmp_path / "out", "--inputs", str(tmp_path / "t.parquet"), "--text_field", "body")
+    assert list(_documents(tmp_path / "out")) == ["t.parquet:0"]
