@@ -1,0 +1,331 @@
+"""Tasks stage: segmented documents of the embedded default corpus → downstream evaluation tasks → ``data/tasks/``.
+
+Run: ``python -m pipelines.tasks --input data/sentences --output data/tasks`` (Beam options may follow).
+Two labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
+evaluate a pretrained model with no download:
+
+- ``package`` (single text): passage → its top-level standard-library package, among the ``num_packages``
+  packages with most documents (ties by name); documents of other packages are not used.
+- ``same_module`` (text pair): (passage A, passage B) → "1" when both document the same module, else "0".
+  Each document anchors up to ``pairs_per_document`` positives (its next same-module documents in seeded hash
+  order), each emitted together with one negative for the same anchor: balanced by construction. A negative is
+  hard where the split allows (another module of the same package), else from another package.
+
+A passage is a document's first ``passage_sentences`` sentences joined by spaces; the segment stage already
+normalised them as AlbertTokenizer would (``textnorm``), so the evaluation tokenises passages as they are.
+Identical passages (a docstring repeated on a property setter) are kept once, under the smallest id. Packages
+with fewer than ``min_package_documents`` documents are dropped from both tasks: too small to be a class, and
+their pairs would have almost only easy cross-package negatives.
+
+Splits are by document: ``unit_interval("tasks-split", id)`` puts each document in train, dev or test for both
+tasks (whatever the seed, as the instances stage's hold-out), and a pair joins two documents of one split, so
+no passage is in two splits. Outputs: per task ``<task>/{train,dev,test}.jsonl`` (``text``, ``text_b`` for
+pairs, ``label`` as a string, source ``id``/``id_b``; rows in a stable hash order), then ``<task>/task.json``;
+last ``stats.json`` (examples per split and label, counters). Documents whose ``meta`` lacks package or module
+(user corpora) are counted and skipped; when none has them the stage fails and leaves no output.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics
+
+from pipelines import files
+from pipelines.options import parse_stage_args, run_and_count
+from pipelines.seeding import stable_hash64, unit_interval
+
+__all__ = ["BuildTasks", "TasksConfig", "module_pairs", "run", "split_of", "top_packages"]
+
+SPLITS = ("train", "dev", "test")
+TASKS = ("package", "same_module")
+COUNTERS = tuple(
+    "documents documents_without_module_meta duplicate_passages small_package_documents other_package_documents "
+    "package_examples positive_pairs negative_pairs hard_negatives easy_negatives documents_without_partner "
+    "repeated_pairs pairs_without_negative".split()
+)
+_COUNT = {name: Metrics.counter("pipelines.tasks", name) for name in COUNTERS}
+
+
+@dataclass
+class TasksConfig:
+    """The tasks stage's knobs (params.yaml section ``tasks``)."""
+
+    seed: int = field(default=12345, metadata={"help": "seed of anchor order and negative draws"})
+    min_package_documents: int = field(default=10, metadata={"help": "drop smaller packages from both tasks"})
+    num_packages: int = field(default=8, metadata={"help": "classes of the package task (largest packages)"})
+    passage_sentences: int = field(default=3, metadata={"help": "a passage is a document's first k sentences"})
+    pairs_per_document: int = field(default=2, metadata={"help": "positives per anchor, each with a negative"})
+    dev_fraction: float = field(default=0.15, metadata={"help": "share of documents in dev"})
+    test_fraction: float = field(default=0.15, metadata={"help": "share of documents in test"})
+
+    def __post_init__(self) -> None:
+        for name in ("min_package_documents", "num_packages", "passage_sentences", "pairs_per_document"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if min(self.dev_fraction, self.test_fraction) < 0 or self.dev_fraction + self.test_fraction >= 1:
+            raise ValueError(f"dev/test fractions must be >= 0, sum < 1: {self.dev_fraction}, {self.test_fraction}")
+
+
+def split_of(document_id: str, dev_fraction: float, test_fraction: float) -> str:
+    """Returns the split of a document: by the hash of its id alone, so every task and seed agree."""
+    u = unit_interval("tasks-split", document_id)
+    return "test" if u < test_fraction else "dev" if u < test_fraction + dev_fraction else "train"
+
+
+def top_packages(counts: dict[str, int], num_packages: int, min_documents: int) -> list[str]:
+    """Returns the sorted names of the ``num_packages`` largest packages with at least ``min_documents``."""
+    eligible = sorted((-n, name) for name, n in counts.items() if n >= min_documents)
+    return sorted(name for _, name in eligible[:num_packages])
+
+
+def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
+    """Yields (passage text, passage) for each document of one sentences file that has package/module meta."""
+    for row in files.read_parquet(path).to_pylist():
+        _COUNT["documents"].inc()
+        meta = json.loads(row["meta"])
+        if not meta.get("package") or not meta.get("module"):
+            _COUNT["documents_without_module_meta"].inc()
+            continue
+        text = " ".join(row["sentences"][: config.passage_sentences])
+        split = split_of(row["id"], config.dev_fraction, config.test_fraction)
+        passage = {"id": row["id"], "text": text, "package": meta["package"], "module": meta["module"]}
+        yield text, {**passage, "split": split}
+
+
+def _first_by_id(element: tuple[str, Iterable[dict]]) -> dict:
+    # Equal texts in two splits would leak test passages into training; equal texts with two labels are noise.
+    passages = sorted(element[1], key=lambda p: p["id"])
+    _COUNT["duplicate_passages"].inc(len(passages) - 1)
+    return passages[0]
+
+
+def _in_large_package(passage: dict, counts: dict[str, int], min_documents: int) -> bool:
+    if counts[passage["package"]] >= min_documents:
+        return True
+    _COUNT["small_package_documents"].inc()
+    return False
+
+
+def _package_example(passage: dict, labels: list[str]) -> Iterator[tuple[tuple[str, str], dict]]:
+    if passage["package"] not in labels:
+        _COUNT["other_package_documents"].inc()
+        return
+    _COUNT["package_examples"].inc()
+    yield ("package", passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["package"]}
+
+
+class BuildPackageTask(beam.PTransform):
+    """Passages + package counts (singleton dict) → (("package", split), row) for the top packages."""
+
+    def __init__(self, counts: beam.PCollection, config: TasksConfig):
+        super().__init__()
+        self._counts = counts
+        self._config = config
+
+    def expand(self, passages: beam.PCollection) -> beam.PCollection:
+        n, least = self._config.num_packages, self._config.min_package_documents
+        labels = self._counts | "TopPackages" >> beam.Map(top_packages, n, least)
+        return passages | "KeepTopPackages" >> beam.FlatMap(_package_example, beam.pvalue.AsSingleton(labels))
+
+
+def _partner(pool: list[dict], start: int, anchor: dict, used: set) -> dict | None:
+    """Returns the first document of ``pool`` from ``start`` on (cyclically) not yet paired with ``anchor``."""
+    for k in range(len(pool)):
+        candidate = pool[(start + k) % len(pool)]
+        if frozenset((anchor["id"], candidate["id"])) not in used:
+            return candidate
+    return None
+
+
+def module_pairs(passages: list[dict], pairs_per_document: int, seed: int) -> tuple[list[dict], collections.Counter]:
+    """Returns the balanced ``same_module`` rows of one split's passages and what happened, counted.
+
+    Args:
+        passages: dicts with ``id``, ``text``, ``module`` and ``package``, in any order.
+        pairs_per_document: positives anchored at each document; each comes with one negative.
+        seed: orders documents (``stable_hash64``) and picks negatives, so the output depends on nothing else.
+    """
+    order = sorted(passages, key=lambda p: (stable_hash64(seed, "pairs", p["id"]), p["id"]))
+    by_module: dict[str, list[dict]] = collections.defaultdict(list)
+    by_package: dict[str, list[dict]] = collections.defaultdict(list)
+    for p in order:
+        by_module[p["module"]].append(p)
+        by_package[p["package"]].append(p)
+    rows, counts, used = [], collections.Counter(), set()
+    for anchor in order:
+        same = by_module[anchor["module"]]
+        if len(same) < 2:
+            counts["documents_without_partner"] += 1
+            continue
+        pool, kind = [p for p in by_package[anchor["package"]] if p["module"] != anchor["module"]], "hard_negatives"
+        if not pool:
+            pool, kind = [p for p in order if p["package"] != anchor["package"]], "easy_negatives"
+        at = same.index(anchor)
+        for d in range(1, min(pairs_per_document, len(same) - 1) + 1):
+            positive = same[(at + d) % len(same)]
+            draw = stable_hash64(seed, "negative", anchor["id"], d) % max(1, len(pool))
+            negative = _partner(pool, draw, anchor, used)
+            # Both rows or neither, so the balance holds; a small module has few distinct positives.
+            if negative is None or frozenset((anchor["id"], positive["id"])) in used:
+                counts["pairs_without_negative" if negative is None else "repeated_pairs"] += 1
+                continue
+            used.update({frozenset((anchor["id"], positive["id"])), frozenset((anchor["id"], negative["id"]))})
+            rows += [_pair_row(anchor, positive, "1"), _pair_row(anchor, negative, "0")]
+            counts.update({"positive_pairs": 1, "negative_pairs": 1, kind: 1})
+    return rows, counts
+
+
+def _pair_row(a: dict, b: dict, label: str) -> dict:
+    return {"id": a["id"], "id_b": b["id"], "text": a["text"], "text_b": b["text"], "label": label}
+
+
+def _split_pairs(element: tuple[str, Iterable[dict]], config: TasksConfig) -> Iterator[tuple[tuple[str, str], dict]]:
+    split, passages = element
+    rows, counts = module_pairs(list(passages), config.pairs_per_document, config.seed)
+    for name, value in counts.items():
+        _COUNT[name].inc(value)
+    for row in rows:
+        yield ("same_module", split), row
+
+
+class BuildModulePairs(beam.PTransform):
+    """Passages → (("same_module", split), row): pairs within one split, grouped so negatives can be drawn."""
+
+    def __init__(self, config: TasksConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, passages: beam.PCollection) -> beam.PCollection:
+        # One group per split: ≈1.4 k short passages for the embedded default, so one worker holds a split.
+        return (
+            passages
+            | "KeyBySplit" >> beam.Map(lambda p: (p["split"], p))
+            | "GroupBySplit" >> beam.GroupByKey()
+            | "PairDocuments" >> beam.FlatMap(_split_pairs, self._config)
+        )
+
+
+class BuildTasks(beam.PTransform):
+    """Sentences file paths → ((task, split), row) for both tasks, from documents with package/module meta."""
+
+    def __init__(self, config: TasksConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, paths: beam.PCollection) -> beam.PCollection:
+        config = self._config
+        passages = (
+            paths
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadPassages" >> beam.FlatMap(_read_passages, config)
+            | "GroupByText" >> beam.GroupByKey()
+            | "DropDuplicatePassages" >> beam.Map(_first_by_id)
+        )
+        counts = (
+            passages
+            | "Packages" >> beam.Map(lambda p: p["package"])
+            | "CountPackages" >> beam.combiners.Count.PerElement()
+            | "PackageCounts" >> beam.combiners.ToDict()
+        )
+        kept = passages | "DropSmallPackages" >> beam.Filter(
+            _in_large_package, beam.pvalue.AsSingleton(counts), config.min_package_documents
+        )
+        single = kept | "BuildPackageTask" >> BuildPackageTask(counts, config)
+        pairs = kept | "BuildModulePairs" >> BuildModulePairs(config)
+        return (single, pairs) | "BothTasks" >> beam.Flatten()
+
+
+def _write_split(element: tuple[tuple[str, str], Iterable[dict | None]], output: str, seed: int) -> str:
+    """Writes one ``<task>/<split>.jsonl``, rows in a stable hash order (mixed labels, same on every run)."""
+    (task, split), rows = element
+    kept = sorted(
+        (r for r in rows if r is not None), key=lambda r: (stable_hash64(seed, task, r["id"], r.get("id_b")), r["id"])
+    )
+    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in kept)
+    path = files.join(output, task, f"{split}.jsonl")
+    files.write_bytes_atomically(path, text.encode("utf-8"))
+    return path
+
+
+def _task_spec(task: str, splits: dict[str, dict]) -> dict:
+    """Returns ``task.json``, the generic keys the evaluation code reads (it rejects any other key)."""
+    pair = task == "same_module"
+    # Pairs: "1" second, as F1 is measured on the class at index 1 (albert_lightning.metrics).
+    labels = ["0", "1"] if pair else sorted({label for split in splits.values() for label in split["labels"]})
+    text_b, metrics = ("text_b", ["accuracy", "f1"]) if pair else (None, ["accuracy"])
+    spec = {"kind": "classification", "labels": labels, "text_a": "text", "text_b": text_b, "label": "label"}
+    return spec | {"metrics": metrics, "primary": "accuracy"}
+
+
+def _sentence_files(folder: str) -> list[str]:
+    """Returns the segment stage's files in ``folder``; fails, naming it, when the stage did not finish."""
+    if not FileSystems.exists(files.join(folder, "stats.json")):
+        raise FileNotFoundError(f"{folder}: no stats.json, so no finished segment stage output here")
+    return [path for path, _ in files.match_paths([files.join(folder, "sentences-*-of-*.parquet")])]
+
+
+def _remove_outputs(output: str) -> None:
+    patterns = ["stats.json", ".tmp-*"] + [f"{t}/{name}" for t in TASKS for name in ("*.json*", ".tmp-*")]
+    for pattern in patterns:
+        matched = FileSystems.match([files.join(output, pattern)])[0].metadata_list
+        if matched:
+            FileSystems.delete([m.path for m in matched])
+
+
+def _split_stats(output: str, task: str) -> dict[str, dict]:
+    """Reads one task's written splits back: examples and examples per label."""
+    stats = {}
+    for split in SPLITS:
+        data = files.read_bytes(files.join(output, task, f"{split}.jsonl")).decode("utf-8")
+        labels = collections.Counter(json.loads(line)["label"] for line in data.splitlines())
+        stats[split] = {"examples": sum(labels.values()), "labels": dict(sorted(labels.items()))}
+    return stats
+
+
+def run(argv: list[str] | None = None) -> dict:
+    """Runs the tasks stage and returns what it wrote to ``stats.json``.
+
+    Raises:
+        ValueError: no input document has ``package`` and ``module`` meta (not the embedded default corpus).
+    """
+    paths = {"input": "segment stage output folder", "output": "folder for <task>/*.jsonl, task.json, stats.json"}
+    args = parse_stage_args(argv, TasksConfig, "tasks", paths, __doc__.splitlines()[0])
+    config, output = args.config, args.paths["output"]
+    inputs = _sentence_files(args.paths["input"])
+    _remove_outputs(output)
+    try:
+        pipeline = beam.Pipeline(options=args.beam)
+        rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)
+        every = pipeline | "EverySplit" >> beam.Create([((t, s), None) for t in TASKS for s in SPLITS])
+        _ = (
+            (rows, every)
+            | "WithEmptySplits" >> beam.Flatten()
+            | "GroupBySplit" >> beam.GroupByKey()
+            | "WriteSplits" >> beam.Map(_write_split, output, config.seed)
+        )
+        counters = {name: 0 for name in COUNTERS} | run_and_count(pipeline)
+        if counters["documents"] == counters["documents_without_module_meta"]:
+            raise ValueError(
+                f"{args.paths['input']}: no document has 'package' and 'module' in its meta; the tasks stage "
+                "needs the embedded default corpus (corpus stage without inputs) or documents with those fields"
+            )
+        tasks = {task: _split_stats(output, task) for task in TASKS}
+    except BaseException:
+        _remove_outputs(output)
+        raise
+    for task, splits in tasks.items():
+        files.write_json_atomically(files.join(output, task, "task.json"), _task_spec(task, splits))
+    stats = {"config": dataclasses.asdict(config), "counters": counters, "tasks": tasks}
+    files.write_json_atomically(files.join(output, "stats.json"), stats)
+    return stats
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,144 @@
+"""Tests for the tasks stage (pipelines.tasks) over the real corpus and segment stages on a slice of the default."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import corpus, files, segment, tasks
+from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+
+LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+NO_PARAMS = ["--params", os.devnull]
+# Ten packages of very different sizes (json has ~11 documents, email ~90): some fall under the cut-offs below.
+PACKAGES = "email asyncio xml logging http unittest json concurrent importlib urllib".split()
+FLAGS = ["--num_packages=4", "--min_package_documents=12", "--seed=7"]
+
+
+@pytest.fixture(scope="module")
+def sentences(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """corpus → segment on ~380 documents of ten standard-library packages."""
+    root = tmp_path_factory.mktemp("tasks")
+    embedded = ["--embedded_max_documents=400", "--embedded_packages", *PACKAGES]
+    corpus.run([*NO_PARAMS, "--output", str(root / "corpus"), *embedded, *LOCAL])
+    segment.run([*NO_PARAMS, "--input", str(root / "corpus"), "--output", str(root / "sentences"), *LOCAL])
+    return root / "sentences"
+
+
+def _run(source: Path, out: Path, *beam: str) -> dict:
+    return tasks.run([*NO_PARAMS, "--input", str(source), "--output", str(out), *FLAGS, *(beam or LOCAL)])
+
+
+@pytest.fixture(scope="module")
+def built(sentences: Path) -> tuple[Path, dict]:
+    out = sentences.parent / "tasks"
+    return out, _run(sentences, out)
+
+
+def _rows(out: Path, task: str) -> dict[str, list[dict]]:
+    return {s: [json.loads(line) for line in (out / task / f"{s}.jsonl").open()] for s in tasks.SPLITS}
+
+
+def _documents(sentences: Path) -> dict[str, dict]:
+    rows = [r for p in sorted(sentences.glob("sentences-*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return {r["id"]: {"meta": json.loads(r["meta"]), "sentences": r["sentences"]} for r in rows}
+
+
+def test_labels_come_from_the_documents_metadata(sentences: Path, built: tuple[Path, dict]):
+    out, stats = built
+    documents = _documents(sentences)
+    package = [r for rows in _rows(out, "package").values() for r in rows]
+    for row in package:
+        assert row["label"] == documents[row["id"]]["meta"]["package"]
+        assert row["text"] == " ".join(documents[row["id"]]["sentences"][:3])
+    pairs = [r for rows in _rows(out, "same_module").values() for r in rows]
+    for row in pairs:
+        a, b = documents[row["id"]], documents[row["id_b"]]
+        assert row["label"] == str(int(a["meta"]["module"] == b["meta"]["module"]))
+        assert row["text_b"] == " ".join(b["sentences"][:3]) and row["id"] != row["id_b"]
+    assert len(package) > 100 and len(pairs) > 300
+    counts = {}
+    for doc in documents.values():
+        counts[doc["meta"]["package"]] = counts.get(doc["meta"]["package"], 0) + 1
+    spec = json.loads((out / "package" / "task.json").read_text())
+    assert spec["labels"] == tasks.top_packages(counts, 4, 12) == sorted({r["label"] for r in package})
+    assert spec["text_b"] is None and spec["primary"] == "accuracy"
+    pair_spec = json.loads((out / "same_module" / "task.json").read_text())
+    assert pair_spec["labels"] == ["0", "1"] and pair_spec["text_b"] == "text_b" and "f1" in pair_spec["metrics"]
+    assert stats["counters"]["small_package_documents"] == counts["json"]  # json has fewer than 12 documents
+
+
+def test_no_document_in_two_splits(built: tuple[Path, dict]):
+    out, _ = built
+    split_of: dict[str, str] = {}
+    for task in tasks.TASKS:
+        for split, rows in _rows(out, task).items():
+            for row in rows:
+                for doc_id in (row["id"], row.get("id_b")):
+                    if doc_id is not None:
+                        assert split_of.setdefault(doc_id, split) == split, doc_id
+    assert set(split_of.values()) == set(tasks.SPLITS)
+
+
+def test_pairs_are_balanced_with_hard_negatives(sentences: Path, built: tuple[Path, dict]):
+    out, stats = built
+    documents = _documents(sentences)
+    for split, rows in _rows(out, "same_module").items():
+        positives = sum(r["label"] == "1" for r in rows)
+        assert rows and abs(positives / len(rows) - 0.5) <= 0.05, split
+        assert stats["tasks"]["same_module"][split]["examples"] == len(rows)
+    negatives = [r for rows in _rows(out, "same_module").values() for r in rows if r["label"] == "0"]
+    same_package = [
+        r for r in negatives if documents[r["id"]]["meta"]["package"] == documents[r["id_b"]]["meta"]["package"]
+    ]
+    assert len(same_package) == stats["counters"]["hard_negatives"] > len(negatives) / 2
+
+
+def test_module_pairs_prefers_hard_negatives_and_never_repeats_a_pair():
+    passages = [
+        {"id": f"{m}{i}", "text": f"{m} {i}", "module": m, "package": m[0]} for m in ("aa", "ab") for i in range(3)
+    ]
+    passages.append({"id": "z0", "text": "z", "module": "z", "package": "z"})
+    rows, counts = tasks.module_pairs(passages, 2, seed=1)
+    pairs = [frozenset((r["id"], r["id_b"])) for r in rows]
+    assert len(pairs) == len(set(pairs)) and counts["positive_pairs"] == counts["negative_pairs"] == 6
+    assert all(r["id_b"][0] == "a" for r in rows) and counts["documents_without_partner"] == 1
+
+
+def test_deterministic_across_runs_and_workers(sentences: Path, built: tuple[Path, dict], tmp_path: Path):
+    out, _ = built
+    _run(sentences, tmp_path / "again")
+    _run(sentences, tmp_path / "parallel", "--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert len(names) == 9 and not [n for n in names if ".tmp-" in n]
+    for again in ("again", "parallel"):
+        assert (
+            sorted(str(p.relative_to(tmp_path / again)) for p in (tmp_path / again).rglob("*") if p.is_file()) == names
+        )
+        for name in names:
+            assert (out / name).read_bytes() == (tmp_path / again / name).read_bytes(), (again, name)
+
+
+def _sentences_folder(folder: Path, metas: dict[str, dict]) -> Path:
+    rows = [{"id": i, "sentences": [f"text of {i}."], "meta": json.dumps(m)} for i, m in metas.items()]
+    files.write_parquet_atomically(str(folder / file_name("sentences", 0, 1)), table_from_rows(rows, SENTENCES_SCHEMA))
+    files.write_json_atomically(str(folder / "stats.json"), {})
+    return folder
+
+
+def test_a_corpus_without_package_meta_fails_clearly(tmp_path: Path):
+    source = _sentences_folder(tmp_path / "s", {f"a.txt:{i}": {"source": "a.txt"} for i in range(5)})
+    with pytest.raises(ValueError, match="needs the embedded default corpus"):
+        _run(source, tmp_path / "t")
+    assert not list((tmp_path / "t").rglob("*.json*"))
+
+
+def test_documents_without_meta_are_counted_and_skipped(tmp_path: Path):
+    metas = {f"m{i}": {"module": "p.m", "package": "p"} for i in range(30)} | {"user:0": {"source": "u.txt"}}
+    stats = _run(_sentences_folder(tmp_path / "s", metas), tmp_path / "t")
+    assert stats["counters"]["documents_without_module_meta"] == 1 and stats["counters"]["documents"] == 31
+    assert sum(s["examples"] for s in stats["tasks"]["package"].values()) == 30
