@@ -17,12 +17,13 @@ from collections.abc import Iterable
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import nn
 from torch.distributed._composable import checkpoint
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from albert_lightning.model import AlbertForPreTraining, AlbertLayer
+from albert_lightning.model import AlbertLayer, AlbertModel, AlbertTransformer
 
 __all__ = ["FSDP2Strategy", "clip_grad_norm", "shard_albert"]
 
@@ -30,15 +31,16 @@ PARAM_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def shard_albert(
-    model: AlbertForPreTraining,
+    model: nn.Module,
     mesh: DeviceMesh,
     activation_checkpointing: bool = False,
     param_dtype: str = "float32",
-) -> AlbertForPreTraining:
+) -> nn.Module:
     """Applies FSDP2 to ``model`` in place over the data-parallel ``mesh`` and returns it.
 
     Args:
-        model: the plain model, on its device, weights initialised.
+        model: the plain model holding one ALBERT encoder (``AlbertForPreTraining`` or a fine-tuning network),
+            on its device, weights initialised; it becomes the root unit.
         mesh: the 1-D data-parallel device mesh.
         activation_checkpointing: recompute every transformer layer in backward (activations, not ALBERT's
             few parameters, are what fills memory).
@@ -55,11 +57,12 @@ def shard_albert(
     if activation_checkpointing:
         for layer in layers:
             checkpoint(layer)
-    sharing = model.config.sharing
+    encoder = next(m for m in model.modules() if isinstance(m, AlbertTransformer))
+    sharing = next(m for m in model.modules() if isinstance(m, AlbertModel)).config.sharing
     if sharing in ("all", "none"):
         units = layers
     elif sharing in ("attention", "ffn"):
-        units = [model.albert.encoder]
+        units = [encoder]
     else:
         raise ValueError(f"sharing={sharing!r}: choose one of all, attention, ffn, none")
     for unit in units:

@@ -1,0 +1,185 @@
+"""Fine-tuning ALBERT on sentence and sentence-pair tasks: the encoder, a classifier on the pooled output.
+
+``AlbertFineTuning`` starts from our pretraining checkpoint, from a Hugging Face ALBERT folder, or from random
+weights of the same shape (the baseline that tells what pretraining bought). Texts are normalised and encoded
+exactly as the pretraining pipeline does (``textnorm`` + ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining, AlbertModel
+from albert_lightning.optim import build_optimizer, warmup_linear_decay
+from albert_lightning.sharding import shard_albert
+from pipelines.textnorm import Normalizer
+from pipelines.vocab_layout import CLS_ID, SEP_ID
+
+__all__ = ["AlbertFineTuning", "Encoder", "load_encoder"]
+
+
+def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) -> AlbertForPreTraining:
+    """Returns the pretrained network to start from.
+
+    Args:
+        source: a Lightning pretraining checkpoint (``.ckpt``), a Hugging Face ALBERT folder, or None for random
+            weights (then ``config`` gives the shape).
+        config: the shape of a random model.
+    """
+    if source is None:
+        if config is None:
+            raise ValueError("a randomly initialised model needs its config")
+        model = AlbertForPreTraining(config)
+        model.init_weights()
+        return model
+    source = Path(source)
+    if source.is_dir():
+        from albert_lightning.hf import import_hf
+
+        return import_hf(source)
+    from albert_lightning.export import load_pretraining_checkpoint
+
+    return load_pretraining_checkpoint(source)
+
+
+class Encoder:
+    """Text → ``[CLS] A [SEP] B [SEP]`` ids, as the pretraining pipeline encodes (same normalisation, same pieces)."""
+
+    def __init__(self, spiece: str | Path, max_seq_length: int, normalizer: Normalizer | None = None) -> None:
+        self.sp = spm.SentencePieceProcessor(model_file=str(spiece))
+        self.max_seq_length = max_seq_length
+        self.normalize = normalizer or Normalizer()
+
+    def __call__(self, text_a: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
+        """Returns (input_ids, token_type_ids); the longer text loses tokens at its end until the pair fits."""
+        a = self.sp.encode(self.normalize(text_a))
+        b = self.sp.encode(self.normalize(text_b)) if text_b is not None else []
+        budget = self.max_seq_length - (3 if text_b is not None else 2)
+        while len(a) + len(b) > budget:
+            (a if len(a) >= len(b) else b).pop()
+        ids = [CLS_ID, *a, SEP_ID]
+        types = [0] * len(ids)
+        if text_b is not None:
+            ids += [*b, SEP_ID]
+            types += [1] * (len(b) + 1)
+        return ids, types
+
+
+def collate_examples(rows: Sequence[tuple[list[int], list[int], float]], regression: bool) -> dict[str, torch.Tensor]:
+    """Pads encoded examples to the longest in the batch (a multiple of 8)."""
+    length = -(-max(len(ids) for ids, _, _ in rows) // 8) * 8
+    batch = {
+        "input_ids": torch.zeros(len(rows), length, dtype=torch.long),
+        "token_type_ids": torch.zeros(len(rows), length, dtype=torch.long),
+        "attention_mask": torch.zeros(len(rows), length, dtype=torch.long),
+    }
+    for i, (ids, types, _) in enumerate(rows):
+        batch["input_ids"][i, : len(ids)] = torch.tensor(ids)
+        batch["token_type_ids"][i, : len(ids)] = torch.tensor(types)
+        batch["attention_mask"][i, : len(ids)] = 1
+    labels = [label for _, _, label in rows]
+    batch["labels"] = torch.tensor(labels, dtype=torch.float if regression else torch.long)
+    return batch
+
+
+def make_loader(
+    encoded: list[tuple[list[int], list[int], float]], batch_size: int, regression: bool, shuffle: bool, seed: int
+) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(
+        encoded,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        generator=generator,
+        collate_fn=lambda rows: collate_examples(rows, regression),
+    )
+
+
+class SequenceClassifier(nn.Module):
+    """The encoder, dropout and a linear classifier on the pooled output: the unit that is sharded whole."""
+
+    def __init__(self, config: AlbertConfig, num_labels: int, classifier_dropout: float) -> None:
+        super().__init__()
+        self.albert = AlbertModel(config)
+        self.dropout = nn.Dropout(classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor):
+        pooled = self.albert(input_ids, token_type_ids, attention_mask).pooled_output  # [B, H]
+        return self.classifier(self.dropout(pooled))  # [B, num_labels]
+
+
+class AlbertFineTuning(L.LightningModule):
+    """Classification (cross-entropy) or regression (MSE) on ALBERT's pooled ``[CLS]`` output.
+
+    Args:
+        network: the pretrained (or random) ``AlbertForPreTraining``; its encoder is kept, its heads dropped.
+        num_labels: classes; 1 means regression.
+        classifier_dropout: dropout before the classifier (0.1 in the paper).
+        encoder_dropout: dropout inside the encoder while fine-tuning (ALBERT pretrains without; 0 keeps it so).
+        lr, weight_decay, warmup_proportion: AdamW with linear warm-up and decay, as the paper fine-tunes.
+        total_steps: optimizer steps, for the schedule.
+    """
+
+    def __init__(
+        self,
+        network: AlbertForPreTraining,
+        num_labels: int,
+        classifier_dropout: float = 0.1,
+        encoder_dropout: float = 0.0,
+        lr: float = 3e-5,
+        weight_decay: float = 0.01,
+        warmup_proportion: float = 0.1,
+        total_steps: int = 1000,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["network"])
+        config = dataclasses.replace(
+            network.config, hidden_dropout_prob=encoder_dropout, attention_probs_dropout_prob=encoder_dropout
+        )
+        self.network = SequenceClassifier(config, num_labels, classifier_dropout)
+        self.network.albert.load_state_dict(network.albert.state_dict())
+        nn.init.normal_(self.network.classifier.weight, std=config.initializer_range)
+        nn.init.zeros_(self.network.classifier.bias)
+        self._sharded = False
+
+    def configure_model(self) -> None:
+        mesh = getattr(self, "_device_mesh", None)
+        if mesh is not None and not self._sharded:  # once: Lightning may call this hook again
+            shard_albert(self.network, mesh["data_parallel"])
+            self._sharded = True
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = self.network(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        return logits.squeeze(-1) if self.hparams.num_labels == 1 else logits
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.hparams.num_labels == 1:
+            return F.mse_loss(logits.float(), labels)
+        return F.cross_entropy(logits.float(), labels)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(self(batch), batch["labels"])
+        self.log("finetune/loss", loss, prog_bar=True)
+        return loss
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        logits = self(batch)
+        return logits if self.hparams.num_labels == 1 else logits.argmax(-1)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        h = self.hparams
+        optimizer = build_optimizer(self, "adamw", h.lr, h.weight_decay)
+        warmup = min(int(h.warmup_proportion * h.total_steps), h.total_steps - 1)
+        scheduler = warmup_linear_decay(optimizer, warmup, h.total_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
