@@ -31,9 +31,10 @@ class PretrainingReport(L.Callback):
         self.train: list[dict[str, float]] = []
         self.validation: list[dict[str, float]] = []
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.folder = self.folder or trainer.default_root_dir
-        # A resumed run keeps the rows written before its checkpoint and redraws the rest.
+        # A resumed run keeps the rows written before its checkpoint and redraws the rest. Not in on_fit_start:
+        # the trainer restores global_step from the checkpoint after that hook, so it would read 0 there.
         step = trainer.global_step
         self.train = [r for r in self._read("train") if r["step"] <= step]
         self.validation = [r for r in self._read("validation") if r["step"] <= step]
