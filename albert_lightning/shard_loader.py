@@ -145,7 +145,9 @@ class EpochBatchSampler(Sampler[list[tuple[int, int]]]):
         rank, world_size: this process's place among the data-parallel ranks.
         seed: with the epoch, seeds the permutation (identical on every rank).
         shuffle: False keeps file order (validation).
-        drop_last: drop the final incomplete global batch (training) so every rank runs the same steps.
+        drop_last: drop the final incomplete global batch (training); otherwise (validation) the final batch
+            wraps around to the first rows, as ``DistributedSampler`` pads, so every rank runs the same number of
+            batches and a collective inside a step can never wait on a rank that has finished.
     """
 
     def __init__(
@@ -176,9 +178,11 @@ class EpochBatchSampler(Sampler[list[tuple[int, int]]]):
             if g == len(self) - 1:
                 self.epoch = epoch + 1
             first = g * global_batch + self.rank * self.batch_size
-            block = range(first, min(first + self.batch_size, self.size))
-            if len(block):
-                yield [(epoch, int(order[i]) if order is not None else i) for i in block]
+            if first >= self.size and self.size > 0:  # this rank's block of the last batch is all padding
+                block = [i % self.size for i in range(first, first + self.batch_size)]
+            else:
+                block = list(range(first, min(first + self.batch_size, self.size)))
+            yield [(epoch, int(order[i]) if order is not None else i) for i in block]
 
 
 class ShardDataModule(L.LightningDataModule):

@@ -131,3 +131,12 @@ def test_collate_pads_to_a_multiple_of_8_with_a_matching_attention_mask(pipeline
         assert (batch["masked_lm_ids"][i, p:] == IGNORE_INDEX).all()  # the loss skips padded predictions
     assert batch["index"].tolist() == [int(r["index"]) for r in rows]
     assert batch["sentence_order_label"].tolist() == [int(r["sentence_order_label"]) for r in rows]
+
+
+def test_validation_gives_every_rank_the_same_number_of_batches() -> None:
+    # 58 rows, batch 4, 2 ranks: rank 1's block of the last global batch would be empty without padding.
+    counts = [len(list(EpochBatchSampler(58, 4, rank, 2, shuffle=False, drop_last=False))) for rank in range(2)]
+    assert counts == [8, 8]
+    seen = {i for rank in range(2) for batch in EpochBatchSampler(58, 4, rank, 2, shuffle=False, drop_last=False)
+            for _, i in batch}  # fmt: skip
+    assert seen == set(range(58))

@@ -1,0 +1,70 @@
+"""The one slower test: ``dvc repro`` runs every stage of dvc.yaml, unchanged, on a small slice of the default."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")
+
+
+def _project_copy(target: Path) -> Path:
+    """Copies the files git tracks (code, dvc.yaml, params, configs) into a DVC project without git."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in tracked.splitlines():
+        if name.startswith("data/") or not (ROOT / name).is_file():
+            continue
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+def _shrink(project: Path) -> None:
+    """The same stages with a slice of the corpus, a tiny model and a few steps."""
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["beam_args"] = "--direct_running_mode=in_memory --direct_num_workers=1"
+    params["corpus"].update(embedded_packages=["email", "json", "asyncio", "xml", "tkinter", "collections"])
+    params["vocab"].update(vocab_size=800)
+    params["instances"].update(dupe_factor=2)
+    params["tasks"].update(min_package_documents=2, num_packages=4)
+    params["evaluate"].update(max_steps=3, intrinsic_batches=2)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    config = yaml.safe_load((project / "configs/pretrain.yaml").read_text())
+    config["trainer"].update(max_steps=8, val_check_interval=4, limit_val_batches=2, log_every_n_steps=2)
+    config["trainer"]["callbacks"][0]["init_args"]["every_n_train_steps"] = 4
+    config["model"].update(preset="tiny", warmup_steps=2)
+    config["data"].update(batch_size=8)
+    (project / "configs/pretrain.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+@pytest.mark.slow
+def test_dvc_repro_runs_every_stage_and_reports(tmp_path: Path) -> None:
+    project = _project_copy(tmp_path / "project")
+    _shrink(project)
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    env.update(DVC_NO_ANALYTICS="1", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "config", "core.no_scm", "true"], cwd=project, env=env, check=True)
+    result = subprocess.run([*dvc, "repro"], cwd=project, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    stages = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert set(lock) == set(stages)  # every stage ran and was recorded
+    manifest = json.loads((project / "data/shards/manifest.json").read_text())
+    assert manifest["counters"]["instances"] > 0
+    assert (project / "data/export/model.safetensors").exists()
+    assert (project / "data/pretrain/curves.png").stat().st_size > 0
+    metrics = subprocess.run([*dvc, "metrics", "show", "--json"], cwd=project, env=env, capture_output=True,
+                             text=True, check=True)  # fmt: skip
+    shown = json.dumps(json.loads(metrics.stdout))
+    assert "mlm_accuracy" in shown and "random_init" in shown
+    again = subprocess.run([*dvc, "status"], cwd=project, env=env, capture_output=True, text=True, check=True)
+    assert "up to date" in again.stdout.lower() or "changed" not in again.stdout.lower()
