@@ -38,7 +38,8 @@ class EvaluateConfig:
     glue_dir: str | None = None  # where GLUE's task folders are; names in `tasks` like "CoLA" are read from it
     checkpoint: str = "data/pretrain/checkpoints/last.ckpt"
     spiece: str = "data/vocab/spiece.model"
-    shards: list[str] = dataclasses.field(default_factory=lambda: ["data/shards"])  # held-out shards to score
+    # held-out shards to score: the SOP ones and the same documents as NSP pairs (paper Table 5's columns)
+    shards: list[str] = dataclasses.field(default_factory=lambda: ["data/shards", "data/eval_shards/nsp"])
     output: str = "data/eval"
     max_seq_length: int = 128
     batch_size: int = 32
