@@ -316,3 +316,12 @@ def test_transformers_tokenizer_gives_the_pipelines_ids_on_the_embedded_corpus_u
         assert sp.decode(ours) == sp.decode(theirs), sentence
         assert sum(map(sp.get_score, ours)) == pytest.approx(sum(map(sp.get_score, theirs)), abs=1e-4), sentence
     assert len(differ) <= len(sentences) // 1000
+
+
+def test_activation_checkpointing_recomputes_layers_without_changing_the_losses(short_epochs, tmp_path):
+    plain, recomputed = tmp_path / "plain", tmp_path / "recomputed"
+    fit_in_process(fit_args(plain, short_epochs, 4, 3))
+    fit_in_process(fit_args(recomputed, short_epochs, 4, 3, "--model.activation_checkpointing=true"))
+    expected, got = recorded(plain), recorded(recomputed)
+    assert [r["index"] for r in got] == [r["index"] for r in expected]
+    assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in expected], rel=1e-5)
