@@ -12,11 +12,11 @@ A document is held out for validation by the hash of its id, so changing the see
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
-import pyarrow as pa
 import sentencepiece as spm
 from apache_beam.metrics import Metrics
 
@@ -96,7 +96,7 @@ class _BuildShardsFn(beam.DoFn):
         ids = table.column("id").to_pylist()
         sentences = table.column("sentences").to_pylist()
         # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence.
-        flat = self.sp.encode([s for doc in sentences for s in doc])
+        flat = self.sp.encode([s for doc in sentences for s in doc], num_threads=1)  # workers are the parallelism
         documents, start = [], 0
         for doc in sentences:
             documents.append(flat[start : start + len(doc)])
@@ -173,9 +173,12 @@ def _sentence_files(folder: str) -> list[str]:
     return paths
 
 
-def _read_back(output: str, name: str, split: str) -> ShardInfo:
-    data = read_bytes(join(output, name))
-    return shard_info(name, split, pa.ipc.open_file(pa.BufferReader(data)).read_all(), data)
+SHARD_INDEX = ".shard-index.json"  # the workers' ShardInfos, gathered in the pipeline; folded into the manifest
+
+
+def _write_shard_index(infos: list[ShardInfo], output: str) -> None:
+    ordered = sorted((dataclasses.asdict(i) for i in infos), key=lambda i: (i["split"] != "train", i["file"]))
+    write_json_atomically(join(output, SHARD_INDEX), ordered)
 
 
 def run(argv: list[str] | None = None) -> Manifest:
@@ -196,15 +199,19 @@ def run(argv: list[str] | None = None) -> Manifest:
         pipeline
         | "ListSentenceFiles" >> beam.Create(list(enumerate(files)))
         | "BuildInstances" >> BuildInstances(spiece, output, len(files), config)
+        | "GatherShardInfo" >> beam.combiners.ToList()
+        | "WriteShardIndex" >> beam.Map(_write_shard_index, output)
     )
     counters = run_and_count(pipeline)
     spiece_bytes = read_bytes(spiece)
     write_bytes_atomically(join(output, SPIECE), spiece_bytes)
-    shards = [
-        _read_back(output, shard_name(split, i, len(files)), split)
-        for split in ("train", "validation")
-        for i in range(len(files))
-    ]
+    # The workers' own entries (hashes of the bytes they wrote): the shards are not read again here, which on
+    # Dataflow would mean downloading all of them to the launching machine.
+    shards = [ShardInfo(**info) for info in json.loads(read_bytes(join(output, SHARD_INDEX)))]
+    delete_if_exists(join(output, SHARD_INDEX))
+    expected = {shard_name(split, i, len(files)) for split in ("train", "validation") for i in range(len(files))}
+    if {s.file for s in shards} != expected:
+        raise RuntimeError(f"{output}: the pipeline wrote {len(shards)} shards, expected {len(expected)}")
     vocab_size = spm.SentencePieceProcessor(model_proto=spiece_bytes).get_piece_size()
     manifest = Manifest(
         SCHEMA_VERSION,

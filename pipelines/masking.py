@@ -81,20 +81,28 @@ class TokenClasses:
             ends.append(i < num_special or (bool(text) and _is_boundary_char(text[-1])))
         return cls(len(pieces), mask_id, num_special, tuple(starts), tuple(ends))
 
-    def words(self, tokens: Sequence[int]) -> list[list[int]]:
-        """Returns the candidate words: lists of positions, split at specials, which are never candidates."""
-        words: list[list[int]] = []
+    def words(self, tokens: Sequence[int]) -> list[tuple[int, int, int]]:
+        """Returns the candidate words as (first position, end position, run): a word is a contiguous range of
+        pieces; specials are never candidates and end a run, so a span of consecutive words of one run is a
+        contiguous range that never crosses a special token."""
+        starts_word, ends_word, num_special = self.starts_word, self.ends_word, self.num_special
+        words: list[tuple[int, int, int]] = []
+        run = 0
+        first = -1  # first position of the word being read, -1 between words
         previous_ends = True
         for position, token in enumerate(tokens):
-            if token < self.num_special:
-                words.append([])  # an empty word marks the break, so no span crosses a special token
-                previous_ends = True
+            if token < num_special:
+                if first >= 0:
+                    words.append((first, position, run))
+                first, previous_ends, run = -1, True, run + 1
                 continue
-            if previous_ends or self.starts_word[token] or not words or not words[-1]:
-                words.append([position])
-            else:
-                words[-1].append(position)
-            previous_ends = self.ends_word[token]
+            if previous_ends or starts_word[token] or first < 0:
+                if first >= 0:
+                    words.append((first, position, run))
+                first = position
+            previous_ends = ends_word[token]
+        if first >= 0:
+            words.append((first, len(tokens), run))
         return words
 
 
@@ -119,30 +127,31 @@ def mask_ngrams(
     """
     num_to_predict = min(config.max_predictions_per_seq, max(1, round(len(tokens) * config.masked_lm_prob)))
     words = classes.words(tokens)
-    starts = [i for i, word in enumerate(words) if word]
-    weights = config.ngram_weights
+    order = list(range(len(words)))
+    weights, ngram, random = config.ngram_weights, config.ngram, rng.random
+    covered = bytearray(len(tokens))  # 1 where a chosen span lies: overlap is one C-level search
     chosen: list[int] = []
-    covered: set[int] = set()
     draws: list[tuple[int, int]] = []
-    for k in range(len(starts)):
+    for k in range(len(order)):
         if len(chosen) >= num_to_predict:
             break
-        j = k + int(rng.random() * (len(starts) - k))  # lazy Fisher-Yates: the k-th start of a shuffle
-        starts[k], starts[j] = starts[j], starts[k]
-        first = starts[k]
+        j = k + int(random() * (len(order) - k))  # lazy Fisher-Yates: the k-th start of a shuffle
+        order[k], order[j] = order[j], order[k]
+        first = order[k]
+        run = words[first][2]
         available = 1
-        while available < config.ngram and first + available < len(words) and words[first + available]:
+        while available < ngram and first + available < len(words) and words[first + available][2] == run:
             available += 1
         n = _draw_length(weights[:available], rng)
         draws.append((n, available))
-        span = [p for word in words[first : first + n] for p in word]
-        while len(chosen) + len(span) > num_to_predict and n > 1:
-            n -= 1
-            span = [p for word in words[first : first + n] for p in word]
-        if len(chosen) + len(span) > num_to_predict or covered.intersection(span):
+        lo = words[first][0]
+        while n > 1 and len(chosen) + words[first + n - 1][1] - lo > num_to_predict:
+            n -= 1  # shrink the span until it fits the budget, as the reference does
+        hi = words[first + n - 1][1]
+        if len(chosen) + hi - lo > num_to_predict or covered.find(1, lo, hi) >= 0:
             continue
-        covered.update(span)
-        chosen.extend(span)
+        covered[lo:hi] = b"\x01" * (hi - lo)
+        chosen.extend(range(lo, hi))
     return _replace(tokens, sorted(chosen), classes, rng, draws)
 
 

@@ -113,9 +113,17 @@ def parse_stage_args(
     return StageArgs(config, {k: getattr(known, k) for k in paths}, beam, params_file)
 
 
+# The engine of Beam's Python DirectRunner, named explicitly: in Beam 2.77 DirectRunner first tries the Prism
+# runner, which downloads a Go binary at run time and ignores direct_num_workers/direct_running_mode.
+LOCAL_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+
+
 def _default_to_local_multiprocessing(beam: PipelineOptions, beam_argv: list[str]) -> None:
     # DirectRunner's default in_memory mode uses one core; Beam's own multi-processing mode uses them all.
-    if beam.view_as(StandardOptions).runner not in (None, "DirectRunner", "direct"):
+    standard = beam.view_as(StandardOptions)
+    if standard.runner is None:
+        standard.runner = LOCAL_RUNNER
+    elif standard.runner not in ("DirectRunner", "direct", LOCAL_RUNNER):
         return
     direct = beam.view_as(DirectOptions)
     if not any(a.startswith("--direct_running_mode") for a in beam_argv):

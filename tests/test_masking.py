@@ -22,9 +22,11 @@ def _ids(*pieces: str) -> list[int]:
 def test_words_join_continuation_pieces_and_split_cjk_characters() -> None:
     tokens = _ids("[CLS]", "▁cat", "s", "▁sat", ",", "▁", "中", "文", "。", "▁on", "[SEP]", "ma", "t", "[SEP]")
     words = CLASSES.words(tokens)
-    assert [w for w in words if w] == [[1, 2], [3], [4], [5], [6], [7], [8], [9], [11, 12]]
-    # Specials are never part of a word and leave a break, so no span runs across [SEP].
-    assert words[0] == [] and words[-1] == [] and [] in words[words.index([9]) :]
+    assert [(first, end) for first, end, _ in words] == [(1, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9),
+                                                          (9, 10), (11, 13)]  # fmt: skip
+    # Specials are never part of a word and end a run, so no span runs across [SEP].
+    runs = [run for _, _, run in words]
+    assert runs[:-1] == [runs[0]] * 8 and runs[-1] != runs[0]
 
 
 def _random_sequence(rng: random.Random, length: int) -> list[int]:
