@@ -39,7 +39,7 @@ class EvaluateConfig:
     checkpoint: str = "data/pretrain/checkpoints/last.ckpt"
     spiece: str = "data/vocab/spiece.model"
     # held-out shards to score: the SOP ones and the same documents as NSP pairs (paper Table 5's columns)
-    shards: list[str] = dataclasses.field(default_factory=lambda: ["data/shards", "data/eval_shards/nsp"])
+    shards: list[str] = dataclasses.field(default_factory=lambda: ["data/eval_shards/sop", "data/eval_shards/nsp"])
     output: str = "data/eval"
     max_seq_length: int = 128
     batch_size: int = 32
@@ -49,6 +49,7 @@ class EvaluateConfig:
     seed: int = 12345
     devices: int = 1
     intrinsic_batches: int = 20
+    random_baseline: bool = True  # also fine-tune a random model of the same shape (ablation grids may skip it)
 
 
 def _task(name: str, config: EvaluateConfig) -> tuple[TaskSpec, Path]:
@@ -111,7 +112,10 @@ def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTra
         split: {"examples": len(dev), "majority": majority_baseline(spec, [t[-1] for t in train], [d[-1] for d in dev])}
         for split, dev in devs.items()
     }
-    for init, network in (("pretrained", pretrained), ("random_init", load_encoder(None, pretrained.config))):
+    inits = [("pretrained", pretrained)]
+    if config.random_baseline:
+        inits.append(("random_init", load_encoder(None, pretrained.config)))
+    for init, network in inits:
         trainer, module = finetune(network, spec, train, config)
         for split, dev in devs.items():
             splits[split][init] = score(trainer, module, spec, dev, config)
@@ -141,11 +145,17 @@ def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, bat
     }
 
 
+def _parse_bool(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1")
+
+
 def _parse(argv: list[str] | None) -> EvaluateConfig:
     parser = argparse.ArgumentParser(prog="python -m albert_lightning.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file with an `evaluate` section")
     for field in dataclasses.fields(EvaluateConfig):
-        kind = {"int": int, "float": float}.get(field.type, str)  # annotations are strings here
+        kind = {"int": int, "float": float, "bool": _parse_bool}.get(field.type, str)  # annotations are strings
         nargs = "*" if field.type.startswith("list") else None
         parser.add_argument(f"--{field.name}", nargs=nargs, type=kind, default=argparse.SUPPRESS)
     args = vars(parser.parse_args(argv))
@@ -192,7 +202,9 @@ def markdown_table(report: dict[str, Any]) -> str:
     for name, task in report["tasks"].items():
         metric = task["primary"]
         for split, scores in task["splits"].items():
-            cells = [f"{scores[k][metric]:.3f}" for k in ("pretrained", "random_init", "majority")]
+            cells = [
+                f"{scores[k][metric]:.3f}" if k in scores else "-" for k in ("pretrained", "random_init", "majority")
+            ]
             lines.append(f"| {name} | {split} ({scores['examples']}) | {metric} | {' | '.join(cells)} |")
     lines += ["", "| held-out shards | kind | MLM accuracy | sentence-pair accuracy |", "|---|---|---|---|"]
     for name, scores in report["intrinsic"].items():

@@ -80,7 +80,8 @@ class AlbertPretraining(L.LightningModule):
             batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"]
         )
 
-    def _losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Returns the loss to optimise and every metric (MLM/SOP losses and accuracies) of one batch."""
         out = self(batch)
         logits = out.prediction_logits.float()  # [B, P, V]
         labels = batch["masked_lm_ids"]  # [B, P], IGNORE_INDEX at padding
@@ -98,7 +99,7 @@ class AlbertPretraining(L.LightningModule):
         return metrics
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        metrics = self._losses(batch)
+        metrics = self.losses(batch)
         self._tokens_seen += int(batch["attention_mask"].sum()) * self.trainer.world_size
         elapsed = time.perf_counter() - self._started
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, prog_bar=False, sync_dist=False)
@@ -111,7 +112,7 @@ class AlbertPretraining(L.LightningModule):
         self._tokens_seen, self._started = 0, time.perf_counter()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        metrics = self._losses(batch)
+        metrics = self.losses(batch)
         self.log_dict({f"val/{k}": v for k, v in metrics.items()}, sync_dist=True, batch_size=len(batch["index"]))
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 import lightning as L
+import torch
 
 from albert_lightning.model import num_parameters
 
@@ -38,6 +39,28 @@ class PretrainingReport(L.Callback):
         step = trainer.global_step
         self.train = [r for r in self._read("train") if r["step"] <= step]
         self.validation = [r for r in self._read("validation") if r["step"] <= step]
+        if step == 0:  # the curve starts where training starts, so "well below its start" can be read off it
+            self.validation = [{"step": 0, **self._validate(trainer, pl_module)}]
+
+    @torch.no_grad()
+    def _validate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """Scores the untrained model on the validation batches the trainer will use (Lightning has no step-0
+        validation); every rank runs the same number of batches, and the means are averaged over ranks."""
+        limit = trainer.limit_val_batches
+        pl_module.eval()
+        totals = {c: 0.0 for c in VALIDATION_COLUMNS}
+        batches = 0
+        for i, batch in enumerate(trainer.datamodule.val_dataloader()):
+            if isinstance(limit, int) and i >= limit:
+                break
+            metrics = pl_module.losses(pl_module.transfer_batch_to_device(batch, pl_module.device, 0))
+            for column in VALIDATION_COLUMNS:
+                totals[column] += float(metrics[column])
+            batches += 1
+        pl_module.train()
+        means = torch.tensor([totals[c] / max(batches, 1) for c in VALIDATION_COLUMNS], device=pl_module.device)
+        means = trainer.strategy.reduce(means, reduce_op="mean")
+        return dict(zip(VALIDATION_COLUMNS, means.tolist(), strict=True))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         metrics = trainer.callback_metrics
@@ -68,7 +91,7 @@ class PretrainingReport(L.Callback):
             "parameters": num_parameters(pl_module.model),
             "tokens_per_second": speeds[-1] if speeds else None,
             "validation": {c: final.get(c) for c in VALIDATION_COLUMNS},
-            "validation_at_first_check": {c: first.get(c) for c in VALIDATION_COLUMNS},
+            "validation_at_start": {c: first.get(c) for c in VALIDATION_COLUMNS},
         }
         with open(os.path.join(self.folder, "metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2, sort_keys=True)

@@ -52,3 +52,22 @@ def pipeline_run(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
     vocab.run([*NO_PARAMS, "--input", str(run.sentences), "--output", str(run.vocab), "--vocab_size=2000", *LOCAL])
     run_instances(run, run.shards, *LOCAL)
     return run
+
+
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")
+
+
+@pytest.fixture(autouse=True)
+def no_distributed_state_leaks():
+    """An in-process Trainer (FSDP2 over gloo) leaves a process group and MASTER_PORT behind: remove both."""
+    saved = {k: os.environ.get(k) for k in DISTRIBUTED_ENV}
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
