@@ -29,11 +29,11 @@ from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics, MetricsFilter
+from apache_beam.metrics.metric import Metrics
 
 from pipelines import files, pydocs
 from pipelines.documents import DOCUMENT_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
-from pipelines.options import parse_stage_args
+from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import stable_hash64
 from pipelines.sources import FORMATS, Source, plan_sources, read_records
 
@@ -43,7 +43,6 @@ __all__ = [
     "WriteDocumentFiles",
     "remove_outputs",
     "run",
-    "stage_counters",
 ]
 
 
@@ -223,23 +222,7 @@ class WriteDocumentFiles(beam.PTransform):
 
 def remove_outputs(output: str, kind: str) -> None:
     """Deletes ``{kind}-*.parquet``, ``stats.json`` and leftover temporary files from ``output``."""
-    for pattern in (f"{kind}-*-of-*.parquet", "stats.json", ".tmp-*"):
-        matched = FileSystems.match([files.join(output, pattern)])[0].metadata_list
-        if matched:
-            FileSystems.delete([m.path for m in matched])
-
-
-def stage_counters(result: beam.runners.runner.PipelineResult, *dofns: type) -> dict[str, int]:
-    """Returns the Beam counters of ``dofns`` by name (summed over steps), as written to ``stats.json``.
-
-    Every name in a DoFn's ``COUNTERS`` is present, 0 when never incremented, so the metrics file has a
-    fixed set of keys for ``dvc metrics diff``.
-    """
-    totals = {name: 0 for dofn in dofns for name in getattr(dofn, "COUNTERS", ())}
-    for counter in result.metrics().query(MetricsFilter().with_namespaces(dofns))["counters"]:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + value
-    return dict(sorted(totals.items()))
+    files.delete_matching(output, [f"{kind}-*-of-*.parquet", "stats.json", ".tmp-*"])
 
 
 def run(argv: list[str] | None = None) -> dict:
@@ -256,13 +239,11 @@ def run(argv: list[str] | None = None) -> dict:
     try:
         pipeline = beam.Pipeline(options=args.beam)
         _ = pipeline | "ReadDocuments" >> ReadDocuments(args.config) | "WriteDocuments" >> WriteDocumentFiles(output)
-        result = pipeline.run()
-        result.wait_until_finish()
+        reader = _ReadFile if args.config.inputs else _ParseStdlibSource
+        counters = run_and_count(pipeline, reader, _WriteFile)
     except BaseException:
         remove_outputs(output, "documents")
         raise
-    reader = _ReadFile if args.config.inputs else _ParseStdlibSource
-    counters = stage_counters(result, reader, _WriteFile)
     written = FileSystems.match([files.join(output, "documents-*-of-*.parquet")])[0].metadata_list
     stats = {"config": dataclasses.asdict(args.config), "counters": counters, "files": len(written)}
     files.write_json_atomically(files.join(output, "stats.json"), stats)

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
     "delete_if_exists",
+    "delete_matching",
     "join",
     "match_paths",
     "read_bytes",
@@ -85,6 +86,14 @@ def _split_local(path: str) -> tuple[str, str]:
 def delete_if_exists(path: str) -> None:
     if FileSystems.exists(path):
         FileSystems.delete([path])
+
+
+def delete_matching(folder: str, patterns: list[str]) -> None:
+    """Deletes every file of ``folder`` that a glob of ``patterns`` matches (a stage's outputs before a rerun)."""
+    for pattern in patterns:
+        matched = FileSystems.match([join(folder, pattern)])[0].metadata_list
+        if matched:
+            FileSystems.delete([m.path for m in matched])
 
 
 def write_json_atomically(path: str, obj: Any) -> None:

@@ -132,15 +132,19 @@ def _default_to_local_multiprocessing(beam: PipelineOptions, beam_argv: list[str
         direct.direct_num_workers = os.cpu_count() or 1
 
 
-def run_and_count(pipeline: beam.Pipeline) -> dict[str, int]:
+def run_and_count(pipeline: beam.Pipeline, *dofns: type) -> dict[str, int]:
     """Runs ``pipeline`` to completion and returns its counters by name (summed over steps), sorted.
 
     The stages write these into their stats/manifest files, so what was dropped or split, and why, is on record.
+    With ``dofns``, only their counters are returned, and every name in a DoFn's ``COUNTERS`` is present (0 when
+    never incremented), so a metrics file has a fixed set of keys for ``dvc metrics diff``.
     """
     result = pipeline.run()
     result.wait_until_finish()
-    totals: dict[str, int] = {}
-    for counter in result.metrics().query(MetricsFilter())["counters"]:
+    query = MetricsFilter().with_namespaces(dofns) if dofns else MetricsFilter()
+    totals = {name: 0 for dofn in dofns for name in getattr(dofn, "COUNTERS", ())}
+    for counter in result.metrics().query(query)["counters"]:
         name = counter.key.metric.name
-        totals[name] = totals.get(name, 0) + int(counter.committed or counter.attempted or 0)
+        value = counter.committed if counter.committed is not None else counter.attempted
+        totals[name] = totals.get(name, 0) + int(value or 0)
     return dict(sorted(totals.items()))

@@ -26,9 +26,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics
 
 from pipelines import files
-from pipelines.corpus import remove_outputs, stage_counters
+from pipelines.corpus import remove_outputs
 from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
-from pipelines.options import parse_stage_args
+from pipelines.options import parse_stage_args, run_and_count
 from pipelines.sentences import document_sentences, split_long
 from pipelines.textnorm import Normalizer
 
@@ -147,14 +147,13 @@ def run(argv: list[str] | None = None) -> dict:
             | "ListDocumentFiles" >> beam.Create(inputs)
             | "SegmentDocuments" >> SegmentDocuments(output, args.config)
         )
-        result = pipeline.run()
-        result.wait_until_finish()
+        counters = run_and_count(pipeline, _SegmentFile)
     except BaseException:
         remove_outputs(output, "sentences")
         raise
     stats = {
         "config": dataclasses.asdict(args.config),
-        "counters": stage_counters(result, _SegmentFile),
+        "counters": counters,
         "files": len(inputs),
     }
     files.write_json_atomically(files.join(output, "stats.json"), stats)

@@ -273,10 +273,7 @@ def _sentence_files(folder: str) -> list[str]:
 
 def _remove_outputs(output: str) -> None:
     patterns = ["stats.json", ".tmp-*"] + [f"{t}/{name}" for t in TASKS for name in ("*.json*", ".tmp-*")]
-    for pattern in patterns:
-        matched = FileSystems.match([files.join(output, pattern)])[0].metadata_list
-        if matched:
-            FileSystems.delete([m.path for m in matched])
+    files.delete_matching(output, patterns)
 
 
 def _split_stats(output: str, task: str) -> dict[str, dict]:

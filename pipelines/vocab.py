@@ -22,11 +22,11 @@ import pyarrow.compute as pc
 import sentencepiece as spm
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics, MetricsFilter
+from apache_beam.metrics.metric import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files
-from pipelines.options import parse_stage_args
+from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import stable_hash64
 from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
 
@@ -159,11 +159,6 @@ def _vocab_text(sp: spm.SentencePieceProcessor) -> str:
     return "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))
 
 
-def _counters(result: beam.runners.runner.PipelineResult) -> dict[str, int]:
-    query = result.metrics().query(MetricsFilter().with_namespace("vocab"))
-    return {c.key.metric.name: c.committed for c in sorted(query["counters"], key=lambda c: c.key.metric.name)}
-
-
 def run(argv: list[str] | None = None) -> dict:
     """Runs the stage: sample sentences with Beam, train SentencePiece, write ``stats.json`` last.
 
@@ -208,9 +203,7 @@ def sample_to_file(
         | "SampleSentences" >> SampleSentences(config.sample_sentences, config.seed)
         | "WriteSample" >> beam.Map(_write_sample, sample_path)
     )
-    result = pipeline.run()
-    result.wait_until_finish()
-    return _counters(result)
+    return run_and_count(pipeline)
 
 
 def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:
