@@ -135,7 +135,7 @@ def build_step(kind: str, preset: str, vocab_size: int, batch):
         model = module.model.train()
 
         def loss() -> torch.Tensor:
-            return module._losses(batch)["loss"]  # exactly the training step's loss
+            return module.losses(batch)["loss"]  # exactly the training step's loss
     else:
         import dataclasses
 
