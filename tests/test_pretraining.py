@@ -26,10 +26,10 @@ from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining import AlbertPretraining
 from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
 from pipelines.shards import MANIFEST, SPIECE, Manifest, open_shard, serialize_shard, shard_info, shard_name
+from tests.conftest import DISTRIBUTED_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 # Left behind by an in-process run, or set by a parent launcher: a subprocess must choose its own.
-DISTRIBUTED_ENV = ("MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")
 
 
 class StepRecorder(L.Callback):
