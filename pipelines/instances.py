@@ -89,6 +89,7 @@ class _BuildShardsFn(beam.DoFn):
         pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.classes = TokenClasses.from_pieces(pieces)
         self.schema = shard_schema(len(pieces), self.config.max_seq_length)
+        self.pairs, self.masking = self.config.pairs, self.config.masking  # built once, used per instance
 
     def process(self, indexed_path: tuple[int, str]) -> Iterator[ShardInfo]:
         index, path = indexed_path
@@ -107,7 +108,11 @@ class _BuildShardsFn(beam.DoFn):
             split = "validation" if held_out else "train"
             dupes = self.config.validation_dupe_factor if held_out else self.config.dupe_factor
             for duplicate in range(dupes):
-                other = _other_document(documents, position, rng_for(self.config.seed, document_id, duplicate, "nsp"))
+                other = None
+                if self.pairs.inter_sentence == "nsp":  # only BERT's negatives need another document
+                    other = _other_document(
+                        documents, position, rng_for(self.config.seed, document_id, duplicate, "nsp")
+                    )
                 self._add(builders[split], segments, document_id, duplicate, other)
             self.documents.inc()
         for split, builder in builders.items():
@@ -118,9 +123,8 @@ class _BuildShardsFn(beam.DoFn):
             yield shard_info(name, split, table, data)
 
     def _add(self, builder: ShardBuilder, segments, document_id: str, duplicate: int, other) -> None:
-        config = self.config
         instances = document_instances(
-            segments, document_id, duplicate, config.seed, config.pairs, config.masking, self.classes, other
+            segments, document_id, duplicate, self.config.seed, self.pairs, self.masking, self.classes, other
         )
         for k, instance in enumerate(instances):
             lists = {
