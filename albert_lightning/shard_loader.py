@@ -1,8 +1,8 @@
 """Training data over the Arrow shards: a memory-mapped dataset, a resumable rank-aware sampler, collate.
 
 - ``ShardDataset`` opens shards only through ``manifest.json`` and reads rows as zero-copy numpy views of the
-  memory-mapped files. Masks are either as stored (static, the ALBERT paper) or drawn again for every
-  (seed, epoch, row) with the pipeline's own ``mask_ngrams`` (dynamic, RoBERTa).
+  memory-mapped files, a whole batch at a time. Masks are either as stored (static, the ALBERT paper) or drawn
+  again for every (seed, epoch, row) with the pipeline's own ``mask_batch`` (dynamic, RoBERTa).
 - ``EpochBatchSampler`` draws one permutation per (seed, epoch), the same on every rank; global batch g is
   ``perm[g·W·B : (g+1)·W·B]`` and rank r takes the r-th block of B, so any world size sees the same global
   batches. Its state (epoch, batches done, seed, world size) makes mid-epoch resumption exact.
@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -22,8 +23,8 @@ import sentencepiece as spm
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from pipelines.masking import MaskingConfig, TokenClasses, mask_ngrams
-from pipelines.seeding import rng_for
+from pipelines.masking import MaskingConfig, TokenClasses, mask_batch
+from pipelines.seeding import mix_keys, stable_hash64
 from pipelines.shards import SPIECE, Manifest
 
 __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
@@ -31,6 +32,66 @@ __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
 MASKING_MODES = ("static", "dynamic")
 LIST_COLUMNS = ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids")
 IGNORE_INDEX = -100  # label of padded prediction slots: cross_entropy skips it
+
+
+@dataclass
+class Rows:
+    """A batch of rows as flat columns: row i's tokens are ``input_ids[offsets[i]:offsets[i + 1]]`` and its
+    predictions ``masked_lm_positions[prediction_offsets[i]:prediction_offsets[i + 1]]``."""
+
+    input_ids: np.ndarray
+    token_type_ids: np.ndarray
+    offsets: np.ndarray
+    masked_lm_positions: np.ndarray
+    masked_lm_ids: np.ndarray
+    prediction_offsets: np.ndarray
+    sentence_order_label: np.ndarray
+    index: np.ndarray  # the rows' global indices in the split
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Returns row i as a dict of numpy arrays (with its ``index`` and ``sentence_order_label``)."""
+        tokens = slice(self.offsets[i], self.offsets[i + 1])
+        predictions = slice(self.prediction_offsets[i], self.prediction_offsets[i + 1])
+        return {
+            "input_ids": self.input_ids[tokens],
+            "token_type_ids": self.token_type_ids[tokens],
+            "masked_lm_positions": self.masked_lm_positions[predictions],
+            "masked_lm_ids": self.masked_lm_ids[predictions],
+            "sentence_order_label": self.sentence_order_label[i],
+            "index": int(self.index[i]),
+        }
+
+    @classmethod
+    def from_dicts(cls, rows: Sequence[dict[str, Any]]) -> Rows:
+        """Returns the batch of ``row`` dicts (as ``ShardDataset[key]`` gives them)."""
+
+        def flat(name: str) -> tuple[np.ndarray, np.ndarray]:
+            values = [np.asarray(r[name]) for r in rows]
+            return np.concatenate(values) if values else np.zeros(0, np.int64), _offsets(map(len, values))
+
+        (input_ids, offsets), (positions, prediction_offsets) = flat("input_ids"), flat("masked_lm_positions")
+        return cls(
+            input_ids, flat("token_type_ids")[0], offsets, positions, flat("masked_lm_ids")[0], prediction_offsets,
+            np.array([r["sentence_order_label"] for r in rows]), np.array([r["index"] for r in rows]),
+        )  # fmt: skip
+
+
+def _offsets(lengths: Iterable[int] | np.ndarray) -> np.ndarray:
+    lengths = lengths if isinstance(lengths, np.ndarray) else np.fromiter(lengths, dtype=np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def _gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Returns the list-column entries of ``rows`` end to end, and their offsets."""
+    starts = offsets[rows].astype(np.int64)
+    lengths = offsets[rows + 1] - starts
+    out_offsets = _offsets(lengths)
+    return values[np.repeat(starts - out_offsets[:-1], lengths) + np.arange(out_offsets[-1])], out_offsets
 
 
 class _Shard:
@@ -47,14 +108,13 @@ class _Shard:
             self.lists[name] = (offsets, values)
         self.labels = table.column("sentence_order_label").to_numpy() if table.num_rows else np.zeros(0, np.int8)
 
-    def row(self, i: int) -> dict[str, np.ndarray]:
-        out = {name: values[offsets[i] : offsets[i + 1]] for name, (offsets, values) in self.lists.items()}
-        out["sentence_order_label"] = self.labels[i]
-        return out
-
 
 class ShardDataset(Dataset):
-    """Rows of one split; an item is addressed by (epoch, global row index), the epoch seeding dynamic masks."""
+    """Rows of one split; an item is addressed by (epoch, global row index), the epoch seeding dynamic masks.
+
+    ``dataset[key]`` gives one row as a dict; ``dataset.__getitems__(keys)``, which ``DataLoader`` calls for a
+    whole batch, gives ``Rows`` and masks them in one call.
+    """
 
     def __init__(self, folder: str | os.PathLike, split: str, masking: str = "static", seed: int = 0) -> None:
         if masking not in MASKING_MODES:
@@ -69,6 +129,7 @@ class ShardDataset(Dataset):
         self.masking_config = MaskingConfig(
             params["masked_lm_prob"], params["max_predictions_per_seq"], params["ngram"], params["favor_shorter_ngram"]
         )
+        self._key = np.uint64(stable_hash64("dynamic-masking", seed))
         self._shards: list[_Shard] | None = None  # opened lazily, once per worker process
         self._classes: TokenClasses | None = None
 
@@ -81,53 +142,91 @@ class ShardDataset(Dataset):
         self._classes = TokenClasses.from_pieces([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
 
     def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
-        epoch, index = key if isinstance(key, tuple) else (0, key)
+        return self.__getitems__([key]).row(0)
+
+    def __getitems__(self, keys: Sequence[tuple[int, int] | int]) -> Rows:
         if self._shards is None:
             self._open()
-        shard = int(np.searchsorted(self.starts, index, side="right") - 1)
-        row = self._shards[shard].row(index - int(self.starts[shard]))
-        row["index"] = index
+        pairs = np.array([key if isinstance(key, tuple) else (0, key) for key in keys], dtype=np.int64).reshape(-1, 2)
+        epochs, indices = pairs[:, 0], pairs[:, 1]
+        shard_of = np.searchsorted(self.starts, indices, side="right") - 1
+        parts = []  # one Rows per shard touched, then put back in the order asked
+        for shard in np.unique(shard_of):
+            which = np.flatnonzero(shard_of == shard)
+            parts.append((which, self._read(self._shards[shard], indices[which] - self.starts[shard])))
+        rows = _reorder(parts, len(keys))
+        rows.index = indices
         if self.masking == "dynamic":
-            row.update(self._remask(row, epoch, index))
-        return row
+            self._remask(rows, epochs)
+        return rows
 
-    def _remask(self, row: dict[str, Any], epoch: int, index: int) -> dict[str, np.ndarray]:
-        original = row["input_ids"].astype(np.int64)
-        original[row["masked_lm_positions"].astype(np.int64)] = row["masked_lm_ids"]
-        rng = rng_for(self.seed, f"epoch{epoch}", index, "dynamic-masking")
-        masked = mask_ngrams(original.tolist(), self._classes, self.masking_config, rng)
-        return {
-            "input_ids": np.asarray(masked.input_ids, dtype=np.int64),
-            "masked_lm_positions": np.asarray(masked.positions, dtype=np.int64),
-            "masked_lm_ids": np.asarray(masked.labels, dtype=np.int64),
-        }
+    def _read(self, shard: _Shard, local: np.ndarray) -> Rows:
+        columns = {name: _gather(*shard.lists[name], local) for name in LIST_COLUMNS}
+        return Rows(
+            columns["input_ids"][0], columns["token_type_ids"][0], columns["input_ids"][1],
+            columns["masked_lm_positions"][0], columns["masked_lm_ids"][0], columns["masked_lm_positions"][1],
+            shard.labels[local], local,
+        )  # fmt: skip
+
+    def _remask(self, rows: Rows, epochs: np.ndarray) -> None:
+        """Replaces the stored masks by new ones drawn from (seed, epoch, row index) alone."""
+        original = rows.input_ids.astype(np.int64)
+        predictions = np.diff(rows.prediction_offsets)
+        row_start = np.repeat(rows.offsets[:-1], predictions)
+        original[row_start + rows.masked_lm_positions] = rows.masked_lm_ids
+        keys = mix_keys(mix_keys(self._key, epochs.astype(np.uint64)), rows.index.astype(np.uint64))
+        masked = mask_batch(original, rows.offsets, keys, self._classes, self.masking_config)
+        rows.input_ids, rows.masked_lm_positions, rows.masked_lm_ids = masked.input_ids, masked.positions, masked.labels
+        rows.prediction_offsets = masked.offsets
 
 
-def collate(rows: list[dict[str, Any]], multiple: int = 8) -> dict[str, torch.Tensor]:
+def _reorder(parts: list[tuple[np.ndarray, Rows]], count: int) -> Rows:
+    """Returns the rows of every part, each placed at its ``which`` positions of the batch."""
+    if len(parts) == 1:
+        return parts[0][1]  # one shard: read in the order asked
+    which = np.concatenate([w for w, _ in parts])
+    order = np.empty(count, dtype=np.int64)
+    order[which] = np.arange(count)  # batch position i holds joined row order[i]
+    lists = {}
+    for tokens, name in ((True, "input_ids"), (True, "token_type_ids"), (False, "masked_lm_positions"),
+                         (False, "masked_lm_ids")):  # fmt: skip
+        per_row = [np.diff(p.offsets if tokens else p.prediction_offsets) for _, p in parts]
+        values = np.concatenate([getattr(p, name) for _, p in parts])
+        lists[name] = _gather(_offsets(np.concatenate(per_row)), values, order)
+    return Rows(
+        lists["input_ids"][0], lists["token_type_ids"][0], lists["input_ids"][1], lists["masked_lm_positions"][0],
+        lists["masked_lm_ids"][0], lists["masked_lm_positions"][1],
+        np.concatenate([p.sentence_order_label for _, p in parts])[order], np.zeros(count, dtype=np.int64),
+    )  # fmt: skip
+
+
+def collate(batch: Rows | Sequence[dict[str, Any]], multiple: int = 8) -> dict[str, torch.Tensor]:
     """Pads a batch to its longest sequence, rounded up to ``multiple`` (tensor-core friendly shapes).
 
     Returns input_ids/token_type_ids/attention_mask [B, T], masked_lm_positions [B, P] (padding 0) and
     masked_lm_ids [B, P] (padding -100), sentence_order_label [B] and the rows' global index [B].
     """
-    length = -(-max(len(r["input_ids"]) for r in rows) // multiple) * multiple
-    predictions = max(1, max(len(r["masked_lm_positions"]) for r in rows))
-    batch = {
-        "input_ids": torch.zeros(len(rows), length, dtype=torch.long),
-        "token_type_ids": torch.zeros(len(rows), length, dtype=torch.long),
-        "attention_mask": torch.zeros(len(rows), length, dtype=torch.long),
-        "masked_lm_positions": torch.zeros(len(rows), predictions, dtype=torch.long),
-        "masked_lm_ids": torch.full((len(rows), predictions), IGNORE_INDEX, dtype=torch.long),
+    rows = batch if isinstance(batch, Rows) else Rows.from_dicts(batch)
+    lengths, predictions = np.diff(rows.offsets), np.diff(rows.prediction_offsets)
+    length = -(-int(lengths.max(initial=1)) // multiple) * multiple
+    tokens = _padded(rows.input_ids, lengths, length, 0)
+    out = {
+        "input_ids": tokens,
+        "token_type_ids": _padded(rows.token_type_ids, lengths, length, 0),
+        "attention_mask": (np.arange(length) < lengths[:, None]).astype(np.int64),
+        "masked_lm_positions": _padded(rows.masked_lm_positions, predictions, max(1, predictions.max(initial=1)), 0),
+        "masked_lm_ids": _padded(rows.masked_lm_ids, predictions, max(1, predictions.max(initial=1)), IGNORE_INDEX),
+        "sentence_order_label": rows.sentence_order_label.astype(np.int64),
+        "index": np.asarray(rows.index, dtype=np.int64),
     }
-    for i, row in enumerate(rows):
-        n, p = len(row["input_ids"]), len(row["masked_lm_positions"])
-        batch["input_ids"][i, :n] = torch.from_numpy(row["input_ids"].astype(np.int64))
-        batch["token_type_ids"][i, :n] = torch.from_numpy(row["token_type_ids"].astype(np.int64))
-        batch["attention_mask"][i, :n] = 1
-        batch["masked_lm_positions"][i, :p] = torch.from_numpy(row["masked_lm_positions"].astype(np.int64))
-        batch["masked_lm_ids"][i, :p] = torch.from_numpy(row["masked_lm_ids"].astype(np.int64))
-    batch["sentence_order_label"] = torch.tensor([int(r["sentence_order_label"]) for r in rows], dtype=torch.long)
-    batch["index"] = torch.tensor([int(r["index"]) for r in rows], dtype=torch.long)
-    return batch
+    return {name: torch.from_numpy(value) for name, value in out.items()}
+
+
+def _padded(values: np.ndarray, lengths: np.ndarray, width: int, fill: int) -> np.ndarray:
+    """Returns [rows, width] int64: row i holds its ``lengths[i]`` values, then ``fill``."""
+    out = np.full((len(lengths), width), fill, dtype=np.int64)
+    out[np.arange(width) < lengths[:, None]] = values
+    return out
 
 
 class EpochBatchSampler(Sampler[list[tuple[int, int]]]):

@@ -222,11 +222,11 @@ def loader_worker(args: argparse.Namespace) -> dict:
     result = {}
     for masking in ("dynamic", "static"):
         dataset = ShardDataset(args.shards, "train", masking, seed=1)
-        sampler = EpochBatchSampler(len(dataset), 32, seed=1)
+        sampler = EpochBatchSampler(len(dataset), args.loader_batch_size, seed=1)
         dataset[0]  # opens the shards and the vocabulary: once per worker process, not per batch
         sequences, cpu0, wall0, busy0 = 0, time.process_time(), time.perf_counter(), busy_cpu_s()
         for keys in sampler:
-            collate([dataset[key] for key in keys])
+            collate(dataset.__getitems__(keys))  # what DataLoader calls for a batch
             sequences += len(keys)
             if time.perf_counter() - wall0 > args.loader_seconds:
                 break
@@ -316,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads, the same for both")
     parser.add_argument("--shards", type=Path, default=REPO / "data" / "shards")
     parser.add_argument("--loader_seconds", type=float, default=4.0, help="wall time per loader measurement")
+    parser.add_argument(
+        "--loader_batch_size", type=int, default=128, help="rows per loader batch (one GPU's micro-batch)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--worker", choices=["ours", "transformers", "loader"], help=argparse.SUPPRESS)
     parser.add_argument("--batch_file", help=argparse.SUPPRESS)
@@ -347,7 +350,8 @@ def main(argv: list[str] | None = None) -> None:
         common += ["--threads", str(args.threads), "--batch_file", str(Path(tmp) / "batch.pt")]
         common += ["--vocab_size", str(vocab_size)]
         train = {kind: run_worker(kind, common) for kind in ("ours", "transformers")}
-        loader = run_worker("loader", ["--shards", str(shards), "--loader_seconds", str(args.loader_seconds)])
+        loader_args = ["--loader_seconds", str(args.loader_seconds), "--loader_batch_size", str(args.loader_batch_size)]
+        loader = run_worker("loader", ["--shards", str(shards), *loader_args])
     print(f"preset {args.preset}, vocabulary {vocab_size}")
     report(train, loader, manifest.max_seq_length, source)
     if args.json:

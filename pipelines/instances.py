@@ -4,7 +4,8 @@ Run: ``python -m pipelines.instances --input data/sentences --spiece data/vocab/
 (any Beam option may follow, e.g. ``--direct_num_workers 2`` or ``--runner DataflowRunner ...``).
 
 Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker builds every instance of one file
-(all ``dupe_factor`` duplicates), sorts them by a stable per-row key and writes the two shards. The work unit
+(all ``dupe_factor`` duplicates, masked in one batch), sorts them by a stable per-row key and writes the two
+shards. The work unit
 is a file of bounded size, so memory stays flat however large the corpus, and nothing gathers all instances.
 A document is held out for validation by the hash of its id, so changing the seed keeps the split.
 """
@@ -17,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import sentencepiece as spm
 from apache_beam.metrics import Metrics
 
@@ -30,21 +33,21 @@ from pipelines.files import (
     write_bytes_atomically,
     write_json_atomically,
 )
-from pipelines.instance import document_instances
+from pipelines.instance import Instances, Item, build_instances
 from pipelines.masking import MaskingConfig, TokenClasses
 from pipelines.options import parse_stage_args, run_and_count
-from pipelines.seeding import rng_for, stable_hash64, unit_interval
+from pipelines.seeding import rng_for, unit_interval
 from pipelines.shards import (
     MANIFEST,
     SCHEMA_VERSION,
     SPIECE,
     Manifest,
-    ShardBuilder,
     ShardInfo,
     serialize_shard,
     shard_info,
     shard_name,
     shard_schema,
+    shard_table,
 )
 from pipelines.sop import PairConfig, randint
 
@@ -102,10 +105,9 @@ class _BuildShardsFn(beam.DoFn):
         for doc in sentences:
             documents.append(flat[start : start + len(doc)])
             start += len(doc)
-        builders = {split: ShardBuilder(self.schema) for split in ("train", "validation")}
+        items: dict[str, list[Item]] = {"train": [], "validation": []}
         for position, (document_id, segments) in enumerate(zip(ids, documents, strict=True)):
             held_out = unit_interval("validation", document_id) < self.config.validation_fraction
-            split = "validation" if held_out else "train"
             dupes = self.config.validation_dupe_factor if held_out else self.config.dupe_factor
             for duplicate in range(dupes):
                 other = None
@@ -113,36 +115,33 @@ class _BuildShardsFn(beam.DoFn):
                     other = _other_document(
                         documents, position, rng_for(self.config.seed, document_id, duplicate, "nsp")
                     )
-                self._add(builders[split], segments, document_id, duplicate, other)
-            self.documents.inc()
-        for split, builder in builders.items():
+                items["validation" if held_out else "train"].append(Item(segments, document_id, duplicate, other))
+        self.documents.inc(len(ids))
+        for split, split_items in items.items():
+            built = build_instances(split_items, self.config.seed, self.pairs, self.masking, self.classes)
+            table = self._table(built, split_items)
             name = shard_name(split, index, self.num_files)
-            table = builder.table()
             data = serialize_shard(table)
             write_bytes_atomically(join(self.output, name), data)
+            self.instances.inc(len(built))
+            self.tokens.inc(len(built.input_ids))
+            self.masked.inc(len(built.masked.positions))
             yield shard_info(name, split, table, data)
 
-    def _add(self, builder: ShardBuilder, segments, document_id: str, duplicate: int, other) -> None:
-        instances = document_instances(
-            segments, document_id, duplicate, self.config.seed, self.pairs, self.masking, self.classes, other
-        )
-        for k, instance in enumerate(instances):
-            lists = {
-                "input_ids": instance.input_ids,
-                "token_type_ids": instance.token_type_ids,
-                "masked_lm_positions": instance.masked_lm_positions,
-                "masked_lm_ids": instance.masked_lm_ids,
-            }
-            scalars = {
-                "sentence_order_label": instance.sentence_order_label,
-                "document_id": document_id,
-                "duplicate": duplicate,
-                "target_length": instance.target_length,
-            }
-            builder.add(stable_hash64("row", document_id, duplicate, k), lists, scalars)
-            self.instances.inc()
-            self.tokens.inc(len(instance.input_ids))
-            self.masked.inc(len(instance.masked_lm_positions))
+    def _table(self, built: Instances, items: list[Item]) -> pa.Table:
+        lists = {
+            "input_ids": (built.offsets, built.input_ids),
+            "token_type_ids": (built.offsets, built.token_type_ids),
+            "masked_lm_positions": (built.masked.offsets, built.masked.positions),
+            "masked_lm_ids": (built.masked.offsets, built.masked.labels),
+        }
+        scalars = {
+            "sentence_order_label": built.sentence_order_label,
+            "document_id": pa.array([item.document_id for item in items], pa.string()).take(built.item),
+            "duplicate": np.array([item.duplicate for item in items], dtype=np.int64)[built.item],
+            "target_length": built.target_length,
+        }
+        return shard_table(self.schema, built.keys, lists, scalars)
 
 
 def _other_document(documents: list, position: int, rng):

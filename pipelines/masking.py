@@ -1,28 +1,40 @@
-"""Whole-word n-gram masking, as the reference does it (pure; shared by the Beam stage and dynamic masking).
+"""Whole-word n-gram masking, as the reference does it, over a whole batch at once (pure numpy).
 
 Follows google-research/albert ``create_masked_lm_predictions`` (albert_facts.md §3.4): candidates are whole
-words, a span of n ≤ ``ngram`` words is drawn with p(n) ∝ 1/n, shrunk when it would overflow the prediction
-budget, skipped when it overlaps a chosen one; each chosen token becomes ``[MASK]`` (80 %), stays (10 %) or
-becomes a random token (10 %). Deliberate changes:
+words taken in a random order; at each one a span of n ≤ ``ngram`` words is drawn with p(n) ∝ 1/n, shrunk
+while it would overflow the prediction budget, skipped when it overlaps a chosen span; each chosen token
+becomes ``[MASK]`` (80 %), stays (10 %) or becomes a random token (10 %). Deliberate changes:
 
 - word starts are found for every script: a piece starting with "▁", a CJK character or punctuation starts a
   word, and so does any piece after one ending in CJK or punctuation, so each CJK character is a word
   (the reference counts every non-ASCII piece as a word start, its issue #161);
 - a span never crosses a special token, so an n-gram never straddles ``[SEP]``;
 - random replacements never draw a special token, and special tokens are never candidates;
-- start words are drawn by a lazy Fisher-Yates shuffle, which stops as soon as the budget is met.
+- every number is a counter-based draw addressed by (row key, stream, word or position), see
+  ``seeding.uniforms``, so rows are masked together and a row's masks depend only on its key and its tokens,
+  never on the batch it came in;
+- candidate words come from a lazy Fisher-Yates shuffle, which stops as soon as the budget is met.
+
+The choice is sequential within a row (a span taken early blocks later ones), so it cannot be vectorised; it is
+written as the plain loop it is and compiled with numba, which masks a batch in a few microseconds a row.
 """
 
 from __future__ import annotations
 
-import random
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numba
+import numpy as np
+
+from pipelines.seeding import uniform
 from pipelines.vocab_layout import MASK_ID, NUM_SPECIAL
 
-__all__ = ["MaskedTokens", "MaskingConfig", "TokenClasses", "is_cjk", "mask_ngrams"]
+__all__ = ["MaskedBatch", "MaskedTokens", "MaskingConfig", "TokenClasses", "is_cjk", "mask_batch", "mask_ngrams"]
+
+# Streams of a row key's draws (seeding.uniforms): what each number decides.
+ORDER, SPAN_LENGTH, MASK_OR_NOT, RANDOM_OR_KEEP, RANDOM_TOKEN = (np.uint64(s) for s in range(5))
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,11 @@ class MaskingConfig:
         weights = [1.0 / n for n in range(1, self.ngram + 1)]
         return weights if self.favor_shorter_ngram else weights[::-1]
 
+    def budgets(self, lengths: np.ndarray) -> np.ndarray:
+        """Returns the number of tokens to predict for sequences of ``lengths`` (specials included)."""
+        wanted = np.maximum(1, np.rint(np.asarray(lengths) * self.masked_lm_prob))  # half to even, as round()
+        return np.minimum(self.max_predictions_per_seq, wanted).astype(np.int64)
+
 
 def is_cjk(char: str) -> bool:
     """True for characters of scripts written without spaces between words (Han, kana, CJK punctuation)."""
@@ -61,15 +78,15 @@ def _is_boundary_char(char: str) -> bool:
     return is_cjk(char) or unicodedata.category(char).startswith("P")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TokenClasses:
     """Per-vocabulary facts the masker needs, computed once from the SentencePiece pieces."""
 
     vocab_size: int
     mask_id: int
     num_special: int  # ids below this are special: never masked, never drawn as replacements
-    starts_word: tuple[bool, ...] = field(repr=False)  # the piece itself begins a word
-    ends_word: tuple[bool, ...] = field(repr=False)  # the piece ends in CJK/punctuation: the next one begins a word
+    starts_word: np.ndarray = field(repr=False)  # [vocab] the piece itself begins a word
+    ends_word: np.ndarray = field(repr=False)  # [vocab] the piece ends in CJK/punctuation: the next begins a word
 
     @classmethod
     def from_pieces(cls, pieces: Sequence[str], mask_id: int = MASK_ID, num_special: int = NUM_SPECIAL) -> TokenClasses:
@@ -79,31 +96,148 @@ class TokenClasses:
             text = piece.lstrip("▁")
             starts.append(i < num_special or piece.startswith("▁") or (bool(text) and _is_boundary_char(text[0])))
             ends.append(i < num_special or (bool(text) and _is_boundary_char(text[-1])))
-        return cls(len(pieces), mask_id, num_special, tuple(starts), tuple(ends))
+        return cls(len(pieces), mask_id, num_special, np.array(starts, dtype=bool), np.array(ends, dtype=bool))
 
     def words(self, tokens: Sequence[int]) -> list[tuple[int, int, int]]:
-        """Returns the candidate words as (first position, end position, run): a word is a contiguous range of
-        pieces; specials are never candidates and end a run, so a span of consecutive words of one run is a
-        contiguous range that never crosses a special token."""
-        starts_word, ends_word, num_special = self.starts_word, self.ends_word, self.num_special
-        words: list[tuple[int, int, int]] = []
-        run = 0
-        first = -1  # first position of the word being read, -1 between words
-        previous_ends = True
-        for position, token in enumerate(tokens):
-            if token < num_special:
-                if first >= 0:
-                    words.append((first, position, run))
-                first, previous_ends, run = -1, True, run + 1
+        """Returns one sequence's candidate words as (first position, end position, run).
+
+        A word is a contiguous range of pieces; specials are never candidates and end a run, so a span of
+        consecutive words of one run is a contiguous range that never crosses ``[SEP]``.
+        """
+        tokens = np.asarray(tokens, dtype=np.int64)
+        first, end, run = (np.empty(len(tokens), dtype=np.int64) for _ in range(3))
+        count = _row_words(tokens, 0, len(tokens), self.starts_word, self.ends_word, self.num_special, first, end, run)
+        return list(zip(first[:count].tolist(), end[:count].tolist(), run[:count].tolist(), strict=True))
+
+
+@dataclass
+class MaskedBatch:
+    """The masked rows as flat columns: row b's predictions are ``positions[offsets[b]:offsets[b + 1]]``."""
+
+    input_ids: np.ndarray  # the tokens with replacements applied, laid out as the input
+    offsets: np.ndarray  # [rows + 1]
+    positions: np.ndarray  # within its row, sorted in each row
+    labels: np.ndarray  # the original tokens at those positions
+    draws: np.ndarray  # [candidates considered, 2]: (drawn n, longest n available), for statistics
+
+
+def mask_batch(
+    tokens: np.ndarray, offsets: np.ndarray, keys: np.ndarray, classes: TokenClasses, config: MaskingConfig
+) -> MaskedBatch:
+    """Chooses whole-word n-gram spans of every row to predict and applies 80/10/10 replacement.
+
+    Args:
+        tokens: the rows' tokens end to end, each a full sequence including ``[CLS]``/``[SEP]``.
+        offsets: [rows + 1]; row b is ``tokens[offsets[b]:offsets[b + 1]]``.
+        keys: [rows] uint64; all of a row's draws come from its key (``seeding.uniform``).
+        classes: the vocabulary's word-start facts and special ids.
+        config: budget and span-length distribution.
+    """
+    tokens, offsets = np.asarray(tokens, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
+    keys = np.asarray(keys, dtype=np.uint64)
+    if len(keys) != len(offsets) - 1:
+        raise ValueError(f"{len(keys)} keys for {len(offsets) - 1} rows")
+    budget = config.budgets(np.diff(offsets))
+    output = tokens.copy()
+    positions = np.empty(int(budget.sum()), dtype=np.int64)
+    labels = np.empty_like(positions)
+    row_ends = np.empty(len(keys), dtype=np.int64)
+    draws = np.empty((len(tokens), 2), dtype=np.int64)  # a word is a candidate at most once
+    predictions, considered = _mask_rows(
+        tokens, offsets, keys, budget, _length_steps(config.ngram_weights), classes.starts_word, classes.ends_word,
+        classes.num_special, classes.vocab_size, classes.mask_id, output, positions, labels, row_ends, draws,
+    )  # fmt: skip
+    row_offsets = np.concatenate([[0], row_ends])
+    return MaskedBatch(output, row_offsets, positions[:predictions], labels[:predictions], draws[:considered])
+
+
+def _length_steps(weights: list[float]) -> np.ndarray:
+    """Returns steps[a, m]: with a words available, a draw u ≥ steps[a, m] makes the span longer than m + 1
+    words, so that p(n) ∝ weights[n - 1] over n ≤ a."""
+    ngram = len(weights)
+    steps = np.ones((ngram + 1, max(ngram - 1, 1)), dtype=np.float64)
+    for a in range(1, ngram + 1):
+        steps[a, : a - 1] = np.cumsum(weights[: a - 1]) / sum(weights[:a])
+    return steps
+
+
+# The compiled loops below are the reference's algorithm written out plainly: one row at a time, one candidate
+# at a time. numba infers their types; their arguments are int64 except keys (uint64) and the class tables.
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_words(tokens, lo, hi, starts_word, ends_word, num_special, first, end, run):
+    """Writes the words of ``tokens[lo:hi]`` to first/end/run (positions relative to lo); returns their count."""
+    count, current_run, in_word, previous_ends = 0, 0, False, True
+    for p in range(lo, hi):
+        token = tokens[p]
+        if token < num_special:
+            if in_word:
+                end[count - 1] = p - lo
+            current_run, in_word, previous_ends = current_run + 1, False, True
+            continue
+        if previous_ends or starts_word[token] or not in_word:
+            if in_word:
+                end[count - 1] = p - lo
+            first[count], run[count] = p - lo, current_run
+            count, in_word = count + 1, True
+        previous_ends = ends_word[token]
+    if in_word:
+        end[count - 1] = hi - lo
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _mask_rows(
+    tokens, offsets, keys, budget, steps, starts_word, ends_word, num_special, vocab_size, mask_id,
+    output, positions, labels, row_ends, draws,
+):  # fmt: skip
+    """Masks every row into output/positions/labels; returns (predictions written, draws recorded)."""
+    ngram = steps.shape[0] - 1
+    longest = max(1, np.max(offsets[1:] - offsets[:-1])) if len(keys) else 1
+    first, end, run = np.empty(longest, np.int64), np.empty(longest, np.int64), np.empty(longest, np.int64)
+    available, order = np.empty(longest, np.int64), np.empty(longest, np.int64)
+    chosen = np.zeros(longest, np.bool_)
+    predictions = considered = 0
+    for row in range(len(keys)):
+        lo, hi, key = offsets[row], offsets[row + 1], keys[row]
+        count = _row_words(tokens, lo, hi, starts_word, ends_word, num_special, first, end, run)
+        for w in range(count - 1, -1, -1):  # the longest span from each word: up to ngram words of its run
+            same_run = w + 1 < count and run[w + 1] == run[w]
+            available[w] = min(ngram, available[w + 1] + 1) if same_run else 1
+            order[w] = w
+        chosen[: hi - lo] = False
+        room = budget[row]
+        for k in range(count):  # a lazy Fisher-Yates shuffle: stops when the budget is met
+            if room <= 0:
+                break
+            j = k + int(uniform(key, ORDER, np.uint64(k)) * (count - k))
+            order[k], order[j] = order[j], order[k]
+            w = order[k]
+            n, u = 1, uniform(key, SPAN_LENGTH, np.uint64(w))
+            for m in range(ngram - 1):
+                n += u >= steps[available[w], m]
+            draws[considered, 0], draws[considered, 1] = n, available[w]
+            considered += 1
+            while n > 1 and end[w + n - 1] - first[w] > room:
+                n -= 1  # shrink the span until it fits the budget, as the reference does
+            start, stop = first[w], end[w + n - 1]
+            if stop - start > room or chosen[start:stop].any():
                 continue
-            if previous_ends or starts_word[token] or first < 0:
-                if first >= 0:
-                    words.append((first, position, run))
-                first = position
-            previous_ends = ends_word[token]
-        if first >= 0:
-            words.append((first, len(tokens), run))
-        return words
+            chosen[start:stop] = True
+            room -= stop - start
+        for p in range(hi - lo):  # per token, not per span, as the reference decides
+            if not chosen[p]:
+                continue
+            if uniform(key, MASK_OR_NOT, np.uint64(p)) < 0.8:
+                output[lo + p] = mask_id
+            elif uniform(key, RANDOM_OR_KEEP, np.uint64(p)) >= 0.5:
+                draw = uniform(key, RANDOM_TOKEN, np.uint64(p))
+                output[lo + p] = num_special + int(draw * (vocab_size - num_special))
+            positions[predictions], labels[predictions] = p, tokens[lo + p]
+            predictions += 1
+        row_ends[row] = predictions
+    return predictions, considered
 
 
 @dataclass
@@ -114,64 +248,8 @@ class MaskedTokens:
     draws: list[tuple[int, int]] = field(default_factory=list)  # (drawn n, longest n available): for tests
 
 
-def mask_ngrams(
-    tokens: Sequence[int], classes: TokenClasses, config: MaskingConfig, rng: random.Random
-) -> MaskedTokens:
-    """Chooses whole-word n-gram spans of ``tokens`` to predict and applies 80/10/10 replacement.
-
-    Args:
-        tokens: a full sequence including ``[CLS]``/``[SEP]``.
-        classes: the vocabulary's word-start facts and special ids.
-        config: budget and span-length distribution.
-        rng: the generator of this instance; only ``rng.random()`` is drawn.
-    """
-    num_to_predict = min(config.max_predictions_per_seq, max(1, round(len(tokens) * config.masked_lm_prob)))
-    words = classes.words(tokens)
-    order = list(range(len(words)))
-    weights, ngram, random = config.ngram_weights, config.ngram, rng.random
-    covered = bytearray(len(tokens))  # 1 where a chosen span lies: overlap is one C-level search
-    chosen: list[int] = []
-    draws: list[tuple[int, int]] = []
-    for k in range(len(order)):
-        if len(chosen) >= num_to_predict:
-            break
-        j = k + int(random() * (len(order) - k))  # lazy Fisher-Yates: the k-th start of a shuffle
-        order[k], order[j] = order[j], order[k]
-        first = order[k]
-        run = words[first][2]
-        available = 1
-        while available < ngram and first + available < len(words) and words[first + available][2] == run:
-            available += 1
-        n = _draw_length(weights[:available], rng)
-        draws.append((n, available))
-        lo = words[first][0]
-        while n > 1 and len(chosen) + words[first + n - 1][1] - lo > num_to_predict:
-            n -= 1  # shrink the span until it fits the budget, as the reference does
-        hi = words[first + n - 1][1]
-        if len(chosen) + hi - lo > num_to_predict or covered.find(1, lo, hi) >= 0:
-            continue
-        covered[lo:hi] = b"\x01" * (hi - lo)
-        chosen.extend(range(lo, hi))
-    return _replace(tokens, sorted(chosen), classes, rng, draws)
-
-
-def _draw_length(weights: list[float], rng: random.Random) -> int:
-    threshold = rng.random() * sum(weights)
-    for n, weight in enumerate(weights, start=1):
-        threshold -= weight
-        if threshold < 0:
-            return n
-    return len(weights)
-
-
-def _replace(
-    tokens: Sequence[int], positions: list[int], classes: TokenClasses, rng: random.Random, draws: list
-) -> MaskedTokens:
-    output = list(tokens)
-    # Decided per token, not per span, as the reference does; the draws happen in position order.
-    for position in positions:
-        if rng.random() < 0.8:
-            output[position] = classes.mask_id
-        elif rng.random() >= 0.5:
-            output[position] = classes.num_special + int(rng.random() * (classes.vocab_size - classes.num_special))
-    return MaskedTokens(output, positions, [tokens[p] for p in positions], draws)
+def mask_ngrams(tokens: Sequence[int], classes: TokenClasses, config: MaskingConfig, key: int) -> MaskedTokens:
+    """Masks one sequence: ``mask_batch`` of a single row with uint64 ``key``."""
+    batch = mask_batch(np.asarray(tokens), np.array([0, len(tokens)]), np.array([key], np.uint64), classes, config)
+    draws = [(int(n), int(a)) for n, a in batch.draws]
+    return MaskedTokens(batch.input_ids.tolist(), batch.positions.tolist(), batch.labels.tolist(), draws)

@@ -13,8 +13,6 @@ import hashlib
 import io
 import json
 import os
-from array import array
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,13 +26,13 @@ __all__ = [
     "SPIECE",
     "SPLITS",
     "Manifest",
-    "ShardBuilder",
     "ShardInfo",
     "open_shard",
     "serialize_shard",
     "shard_info",
     "shard_name",
     "shard_schema",
+    "shard_table",
 ]
 
 SCHEMA_VERSION = 1
@@ -79,52 +77,34 @@ class ShardInfo:
     sha256: str
 
 
-class ShardBuilder:
-    """Collects one shard's rows in flat typed buffers (a few bytes a token) and sorts them by key at the end.
+def shard_table(
+    schema: pa.Schema,
+    keys: np.ndarray,
+    lists: dict[str, tuple[np.ndarray, np.ndarray]],
+    scalars: dict[str, np.ndarray | pa.Array],
+) -> pa.Table:
+    """Returns a shard's rows as a table sorted by ``keys`` (uint64, one per row).
 
-    Rows arrive in whatever order a worker builds them; sorting by a stable per-row key makes the file
-    independent of that order, so equal inputs give byte-identical shards on any runner.
+    Sorting by a stable per-row key makes the file independent of the order a worker built its rows in, so equal
+    inputs give byte-identical shards on any runner.
+
+    Args:
+        schema: the shard schema (``shard_schema``), whose types the columns are cast to.
+        keys: the sort key of each row.
+        lists: the four list columns as (offsets [rows + 1], flat values).
+        scalars: the scalar columns, one value per row.
     """
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-        self._keys: list[int] = []
-        self._lists: dict[str, tuple[array, array]] = {
-            name: (array("q", [0]), array(_TYPECODES[schema.field(name).type.value_type]))
-            for name in ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids")
-        }
-        self._scalars: dict[str, list] = {name: [] for name in _SCALARS}
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def add(self, key: int, lists: dict[str, Sequence[int]], scalars: dict[str, Any]) -> None:
-        """Adds one row: its sort key, its four list columns and its scalar columns."""
-        self._keys.append(key)
-        for name, (offsets, values) in self._lists.items():
-            values.extend(lists[name])
-            offsets.append(len(values))
-        for name, column in self._scalars.items():
-            column.append(scalars[name])
-
-    def table(self) -> pa.Table:
-        """Returns the rows as a table sorted by key."""
-        columns = {}
-        for name, (offsets, values) in self._lists.items():
-            value_type = self.schema.field(name).type.value_type
-            columns[name] = pa.ListArray.from_arrays(
-                pa.array(np.frombuffer(offsets, dtype=np.int64).astype(np.int32)),
-                pa.array(np.frombuffer(values, dtype=values.typecode), type=value_type),
-            )
-        for name, column in self._scalars.items():
-            columns[name] = pa.array(column, type=self.schema.field(name).type)
-        table = pa.table([columns[f.name] for f in self.schema], schema=self.schema)
-        order = np.argsort(np.array(self._keys, dtype=np.uint64), kind="stable")
-        return table.take(pa.array(order))
-
-
-_TYPECODES = {pa.uint16(): "H", pa.uint32(): "I", pa.int8(): "b", pa.int16(): "h", pa.int32(): "i"}
-_SCALARS = ("sentence_order_label", "document_id", "duplicate", "target_length")
+    columns = {}
+    for name, (offsets, values) in lists.items():
+        columns[name] = pa.ListArray.from_arrays(
+            pa.array(np.asarray(offsets, dtype=np.int32)),
+            pa.array(np.asarray(values), type=schema.field(name).type.value_type),  # checked: overflow raises
+        )
+    for name, values in scalars.items():
+        columns[name] = pa.array(values, type=schema.field(name).type)
+    table = pa.table([columns[f.name] for f in schema], schema=schema)
+    order = np.argsort(np.asarray(keys, dtype=np.uint64), kind="stable")
+    return table.take(pa.array(order))
 
 
 def serialize_shard(table: pa.Table) -> bytes:

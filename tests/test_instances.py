@@ -80,10 +80,10 @@ def test_rebuilding_a_document_gives_its_rows_and_span_lengths_follow_one_over_n
             continue  # a validation document
         segments = sp.encode(document)
         for duplicate in range(2):
-            built = list(document_instances(segments, document_id, duplicate, 7, config.pairs, config.masking, classes))
+            built = document_instances(segments, document_id, duplicate, 7, config.pairs, config.masking, classes)
             stored = by_key[(document_id, duplicate)]
-            assert sorted(b.input_ids for b in built) == sorted(r["input_ids"] for r in stored)
-            draws.update(n for b in built for n, available in b.draws if available == 3)
+            assert sorted(built.rows(built.input_ids)) == sorted(r["input_ids"] for r in stored)
+            draws.update(n for n, available in built.masked.draws.tolist() if available == 3)
             checked += 1
     assert checked > 500
     total = sum(draws.values())

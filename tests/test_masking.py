@@ -1,13 +1,16 @@
-"""Whole-word n-gram masking: word starts in every script, span statistics, budget and replacement."""
+"""Whole-word n-gram masking: word starts in every script, span statistics, budget and replacement, and the
+batched rounds against a one-candidate-at-a-time oracle."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 
-from pipelines.masking import MaskingConfig, TokenClasses, mask_ngrams
+from pipelines.masking import ORDER, SPAN_LENGTH, MaskingConfig, TokenClasses, _length_steps, mask_batch, mask_ngrams
+from pipelines.seeding import uniforms
 
 SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
 PIECES = [*SPECIALS, "▁the", "▁cat", "s", "▁sat", ",", "中", "文", "▁", "▁on", "ma", "t", "。", "▁a", "b", "c"]
@@ -40,8 +43,7 @@ def test_span_lengths_follow_one_over_n_where_all_lengths_are_possible(ngram: in
     config = MaskingConfig(ngram=ngram, max_predictions_per_seq=20)
     draws: Counter[int] = Counter()
     for i in range(3000):
-        rng = random.Random(i)
-        masked = mask_ngrams(_random_sequence(rng, 60), CLASSES, config, rng)
+        masked = mask_ngrams(_random_sequence(random.Random(i), 60), CLASSES, config, key=i)
         draws.update(n for n, available in masked.draws if available == ngram)
     total = sum(draws.values())
     expected = [w / sum(config.ngram_weights) for w in config.ngram_weights]
@@ -55,7 +57,7 @@ def test_budget_positions_specials_and_replacements() -> None:
     for i in range(3000):
         rng = random.Random(i)
         tokens = _random_sequence(rng, rng.randint(3, 120))
-        masked = mask_ngrams(tokens, CLASSES, config, rng)
+        masked = mask_ngrams(tokens, CLASSES, config, key=i)
         budget = min(12, max(1, round(len(tokens) * 0.15)))
         assert len(masked.positions) <= budget  # 0 when every word is longer than a budget of 1
         assert masked.positions == sorted(set(masked.positions))
@@ -74,15 +76,64 @@ def test_budget_positions_specials_and_replacements() -> None:
     assert abs(outcome["keep"] / total - (0.10 + 0.10 / 15)) < 0.01
 
 
-def test_masks_are_reproducible_from_the_generator() -> None:
-    tokens = _random_sequence(random.Random(0), 50)
+def test_masks_depend_on_the_key_alone_not_on_the_batch() -> None:
+    rng = random.Random(0)
+    rows = [_random_sequence(rng, rng.randint(3, 80)) for _ in range(40)]
     config = MaskingConfig()
-    assert mask_ngrams(tokens, CLASSES, config, random.Random(3)) == mask_ngrams(
-        tokens, CLASSES, config, random.Random(3)
-    )
-    assert mask_ngrams(tokens, CLASSES, config, random.Random(3)) != mask_ngrams(
-        tokens, CLASSES, config, random.Random(4)
-    )
+    alone = [mask_ngrams(row, CLASSES, config, key=1000 + i) for i, row in enumerate(rows)]
+    assert alone[0] == mask_ngrams(rows[0], CLASSES, config, key=1000)
+    assert alone[0] != mask_ngrams(rows[0], CLASSES, config, key=1001)
+    offsets = np.cumsum([0] + [len(r) for r in rows])
+    batch = mask_batch(np.concatenate(rows), offsets, np.arange(1000, 1040, dtype=np.uint64), CLASSES, config)
+    assert batch.input_ids.tolist() == [t for m in alone for t in m.input_ids]
+    for i, m in enumerate(alone):
+        span = slice(batch.offsets[i], batch.offsets[i + 1])
+        assert batch.positions[span].tolist() == m.positions and batch.labels[span].tolist() == m.labels
+
+
+def _one_candidate_at_a_time(tokens: list[int], key: int, config: MaskingConfig) -> list[int]:
+    """The reference's loop, literally: every candidate in turn, shrink to the budget, skip overlaps."""
+    words = CLASSES.words(tokens)
+    keys = np.full(len(words), key, dtype=np.uint64)
+    ranks = np.arange(len(words))
+    order = list(range(len(words)))
+    for k, swap in enumerate(uniforms(keys, int(ORDER), ranks)):  # a whole Fisher-Yates shuffle
+        j = k + int(swap * (len(words) - k))
+        order[k], order[j] = order[j], order[k]
+    available = [
+        next(n for n in range(config.ngram, 0, -1) if w + n <= len(words) and words[w + n - 1][2] == words[w][2])
+        for w in range(len(words))
+    ]
+    steps = _length_steps(config.ngram_weights)
+    drawn = [
+        1 + sum(u >= steps[a, : a - 1]) for u, a in zip(uniforms(keys, int(SPAN_LENGTH), ranks), available, strict=True)
+    ]
+    budget = int(config.budgets(np.array([len(tokens)]))[0])
+    chosen: list[int] = []
+    for w in order:
+        if len(chosen) >= budget:
+            break
+        n = int(drawn[w])
+        while n > 1 and len(chosen) + words[w + n - 1][1] - words[w][0] > budget:
+            n -= 1
+        span = range(words[w][0], words[w + n - 1][1])
+        if len(chosen) + len(span) > budget or set(span) & set(chosen):
+            continue
+        chosen.extend(span)
+    return sorted(chosen)
+
+
+@pytest.mark.parametrize("ngram", [1, 2, 3])
+def test_batched_rounds_choose_what_the_sequential_loop_chooses(ngram: int) -> None:
+    config = MaskingConfig(ngram=ngram, max_predictions_per_seq=12)
+    rng = random.Random(ngram)
+    rows = [_random_sequence(rng, rng.randint(3, 120)) for _ in range(300)]
+    offsets = np.cumsum([0] + [len(r) for r in rows])
+    keys = np.arange(len(rows), dtype=np.uint64) * 7919
+    batch = mask_batch(np.concatenate(rows), offsets, keys, CLASSES, config)
+    for i, row in enumerate(rows):
+        expected = _one_candidate_at_a_time(row, int(keys[i]), config)
+        assert batch.positions[batch.offsets[i] : batch.offsets[i + 1]].tolist() == expected, i
 
 
 def test_invalid_configs_are_refused() -> None:

@@ -113,6 +113,20 @@ def test_dynamic_masks_change_every_epoch_over_the_same_originals_and_keep_the_i
     assert changed >= 0.9 * len(sample)
 
 
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_a_batch_read_at_once_equals_its_rows_read_one_by_one(pipeline_run, masking):
+    """DataLoader reads a batch through __getitems__ (every shard it touches at once, masked in one call)."""
+    dataset = ShardDataset(pipeline_run.shards, "train", masking, seed=3)
+    keys = [(2, int(i)) for i in np.random.default_rng(0).permutation(len(dataset))[:40]]
+    batch = dataset.__getitems__(keys)
+    assert len(dataset.paths) > 1 and len(np.unique(np.searchsorted(dataset.starts, batch.index, "right"))) > 1
+    for i, key in enumerate(keys):
+        alone = dataset[key]
+        for name, value in batch.row(i).items():
+            np.testing.assert_array_equal(value, alone[name], err_msg=name)
+    assert batch.index.tolist() == [index for _, index in keys]
+
+
 def test_collate_pads_to_a_multiple_of_8_with_a_matching_attention_mask(pipeline_run):
     dataset = ShardDataset(pipeline_run.shards, "train")
     rows = [dataset[i] for i in range(0, len(dataset), len(dataset) // 9)][:9]
