@@ -10,9 +10,10 @@ values (kept in ``--workdir`` between runs), then measures, each instances run i
    (1) at one worker to it (the stage writes ``dupe_factor`` copies of each token, so the ratio can exceed 1);
 3. peak memory of the whole process tree (the stage's process plus Beam's SDK worker processes) on the corpus
    and on a copy ten times larger (the same documents under ids ``{id}#k``), both with 2 workers;
-4. why the speed-up is what it is: the 10x copy also runs at 1 worker, which splits run() into a fixed cost
-   (runner set-up, SDK worker start-up, teardown) and a per-token cost, and gives the speed-up at 10x; and
-   the CPU time of each run's process tree bounds the speed-up 2 cores could give, whatever else runs.
+4. the throughput and speed-up targets again on the 10x copy (~14 MB, the size the issue expected of the
+   embedded corpus), and why they differ: the 1x and 10x runs at 1 worker split run() into a fixed cost
+   (runner set-up, SDK worker start-up and imports, teardown) and a per-token cost; and the CPU time of each
+   run's process tree bounds the speed-up 2 cores could give, whatever else runs.
 
 Timings are only meaningful on an otherwise idle machine: each run reports the cores other processes used
 meanwhile (``busy_other``), and a WARNING line says when that was above a quarter of a core.
@@ -264,15 +265,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
         repeats = [run_instances(label, work / folder, work, workers, extra) for _ in range(args.repeat)]
         runs[label] = best_of(repeats)
     encode = raw_encode(work / "sentences", work / "vocab" / "spiece.model")
-    one, two, large = runs["1x-w1"], runs["1x-w2"], runs["10x-w2"]
     return {
         "dupe_factor": dupe_factor,
         "runs": {label: {**asdict(r), "tokens_per_s_per_core": r.tokens_per_s_per_core} for label, r in runs.items()},
         "raw_encode": encode,
-        "speedup": one.wall_s / two.wall_s,
-        "encode_ratio": one.tokens_per_s_per_core / encode["tokens_per_s"],
-        "memory_ratio": large.tree_peak_mb / two.tree_peak_mb,
-        "maxrss_ratio": large.maxrss_mb / two.maxrss_mb,
+        **{f"speedup_{x}": runs[f"{x}-w1"].wall_s / runs[f"{x}-w2"].wall_s for x in ("1x", "10x")},
+        **{f"encode_ratio_{x}": runs[f"{x}-w1"].tokens_per_s_per_core / encode["tokens_per_s"] for x in ("1x", "10x")},
+        "memory_ratio": runs["10x-w2"].tree_peak_mb / runs["1x-w2"].tree_peak_mb,
+        "maxrss_ratio": runs["10x-w2"].maxrss_mb / runs["1x-w2"].maxrss_mb,
         "scaling": scaling(runs),
     }
 
@@ -289,7 +289,6 @@ def scaling(runs: dict[str, InstancesRun]) -> dict[str, float]:
     return {
         "fixed_s": fixed_s,
         "work_tokens_per_s": rate,
-        "speedup_10x": large.wall_s / runs["10x-w2"].wall_s,
         "speedup_1x_without_fixed": (small.wall_s - fixed_s) / max(runs["1x-w2"].wall_s - fixed_s, 1e-9),
         # The best 2 cores can do with the CPU time each run took: robust to other processes on the machine.
         "cpu_bound_speedup_1x": small.cpu_s / (runs["1x-w2"].cpu_s / 2),
@@ -321,28 +320,32 @@ def table(figures: dict) -> list[str]:
 
 
 def verdicts(figures: dict) -> list[str]:
-    """Returns one PASS/FAIL line per DESIGN.md §3 target, plus a warning when other processes took CPU."""
-    checks = [
-        ("speedup", f"2 workers / 1 worker = {figures['speedup']:.2f}x", "≥", "x"),
-        ("encode_ratio", f"instances tok/s/core (1 worker, dupe_factor {figures['dupe_factor']}) ÷ raw encode "
-         f"tok/s = {figures['encode_ratio']:.3f}", "≥", ""),
-        ("memory_ratio", f"peak tree RSS 10x/1x (2 workers) = {figures['memory_ratio']:.2f} "
-         f"(largest process alone: {figures['maxrss_ratio']:.2f})", "≤", ""),
-    ]  # fmt: skip
-    fit = figures["scaling"]
+    """Returns one PASS/FAIL line per DESIGN.md §3 target and corpus size, plus a warning when other processes
+    took CPU. The 10x copy (~14 MB) is the size the issue expected of the embedded corpus (~18 MB); on the 1x
+    corpus (1.4 MB on Python 3.11) Beam's fixed start-up is most of a run, which the fit line shows."""
+    fit, encode = figures["scaling"], figures["raw_encode"]["tokens_per_s"]
     lines = [
-        f"fit over 1x and 10x at 1 worker: run_s = {fit['fixed_s']:.2f} s fixed + tokens / "
-        f"{fit['work_tokens_per_s']:,.0f} tok/s; speed-up 2/1 workers on 10x = {fit['speedup_10x']:.2f}x, "
-        f"on 1x less the fixed cost = {fit['speedup_1x_without_fixed']:.2f}x",
+        f"fit over 1x and 10x at 1 worker: run_s = {fit['fixed_s']:.2f} s fixed (runner, SDK worker start-up, "
+        f"imports) + tokens / {fit['work_tokens_per_s']:,.0f} tok/s; that work rate ÷ raw encode = "
+        f"{fit['work_tokens_per_s'] / encode:.2f}; 1x speed-up 2/1 workers less the fixed cost = "
+        f"{fit['speedup_1x_without_fixed']:.2f}x",
         f"CPU-time bound on the 2/1 speed-up (cpu_s at 1 worker ÷ half cpu_s at 2): 1x "
         f"{fit['cpu_bound_speedup_1x']:.2f}x, 10x {fit['cpu_bound_speedup_10x']:.2f}x",
     ]
     busy = max([r["other_cores"] for r in figures["runs"].values()] + [figures["raw_encode"]["other_cores"]])
     if busy > BUSY_WARNING:
         lines.append(f"WARNING: other processes kept up to {busy:.2f} cores busy during a run: timings are disturbed")
+    checks = [("memory_ratio", f"peak tree RSS 10x/1x (2 workers) = {figures['memory_ratio']:.2f} (largest process "
+               f"alone: {figures['maxrss_ratio']:.2f})", "≤", "")]  # fmt: skip
+    for x in ("1x", "10x"):
+        checks.append((f"speedup_{x}", f"{x}: 2 workers / 1 worker = {figures[f'speedup_{x}']:.2f}x", "≥", "x"))
+        ratio = figures[f"encode_ratio_{x}"]
+        text = f"{x}: instances tok/s/core (1 worker, dupe_factor {figures['dupe_factor']}) ÷ raw encode = {ratio:.3f}"
+        checks.append((f"encode_ratio_{x}", text, "≥", ""))
     for key, text, op, unit in checks:
-        ok = figures[key] >= TARGETS[key] if op == "≥" else figures[key] <= TARGETS[key]
-        lines.append(f"{'PASS' if ok else 'FAIL'} target {text} ({op} {TARGETS[key]}{unit})")
+        target = TARGETS[key.removesuffix("_1x").removesuffix("_10x")]
+        ok = figures[key] >= target if op == "≥" else figures[key] <= target
+        lines.append(f"{'PASS' if ok else 'FAIL'} target {text} ({op} {target}{unit})")
     return lines
 
 

@@ -43,11 +43,12 @@ from pipelines.shards import (
     SPIECE,
     Manifest,
     ShardInfo,
+    rows_table,
     serialize_shard,
     shard_info,
     shard_name,
     shard_schema,
-    shard_table,
+    sorted_by_key,
 )
 from pipelines.sop import PairConfig, randint
 
@@ -118,14 +119,18 @@ class _BuildShardsFn(beam.DoFn):
                 items["validation" if held_out else "train"].append(Item(segments, document_id, duplicate, other))
         self.documents.inc(len(ids))
         for split, split_items in items.items():
-            built = build_instances(split_items, self.config.seed, self.pairs, self.masking, self.classes)
-            table = self._table(built, split_items)
+            tables, keys = [], []
+            for chunk in _chunks(split_items):  # bounded working memory however large the file or dupe_factor
+                built = build_instances(chunk, self.config.seed, self.pairs, self.masking, self.classes)
+                tables.append(self._table(built, chunk))
+                keys.append(built.keys)
+                self.instances.inc(len(built))
+                self.tokens.inc(len(built.input_ids))
+                self.masked.inc(len(built.masked.positions))
+            table = sorted_by_key(tables, keys)
             name = shard_name(split, index, self.num_files)
             data = serialize_shard(table)
             write_bytes_atomically(join(self.output, name), data)
-            self.instances.inc(len(built))
-            self.tokens.inc(len(built.input_ids))
-            self.masked.inc(len(built.masked.positions))
             yield shard_info(name, split, table, data)
 
     def _table(self, built: Instances, items: list[Item]) -> pa.Table:
@@ -141,7 +146,23 @@ class _BuildShardsFn(beam.DoFn):
             "duplicate": np.array([item.duplicate for item in items], dtype=np.int64)[built.item],
             "target_length": built.target_length,
         }
-        return shard_table(self.schema, built.keys, lists, scalars)
+        return rows_table(self.schema, lists, scalars)
+
+
+CHUNK_TOKENS = 1 << 18  # source tokens built and masked at once: ~20 MB of working arrays
+
+
+def _chunks(items: list[Item]) -> Iterator[list[Item]]:
+    """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens (at least one item)."""
+    chunk, tokens = [], 0
+    for item in items:
+        chunk.append(item)
+        tokens += sum(map(len, item.segments))
+        if tokens >= CHUNK_TOKENS:
+            yield chunk
+            chunk, tokens = [], 0
+    if chunk:
+        yield chunk
 
 
 def _other_document(documents: list, position: int, rng):

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,11 +29,12 @@ __all__ = [
     "Manifest",
     "ShardInfo",
     "open_shard",
+    "rows_table",
     "serialize_shard",
     "shard_info",
     "shard_name",
     "shard_schema",
-    "shard_table",
+    "sorted_by_key",
 ]
 
 SCHEMA_VERSION = 1
@@ -77,20 +79,13 @@ class ShardInfo:
     sha256: str
 
 
-def shard_table(
-    schema: pa.Schema,
-    keys: np.ndarray,
-    lists: dict[str, tuple[np.ndarray, np.ndarray]],
-    scalars: dict[str, np.ndarray | pa.Array],
+def rows_table(
+    schema: pa.Schema, lists: dict[str, tuple[np.ndarray, np.ndarray]], scalars: dict[str, np.ndarray | pa.Array]
 ) -> pa.Table:
-    """Returns a shard's rows as a table sorted by ``keys`` (uint64, one per row).
-
-    Sorting by a stable per-row key makes the file independent of the order a worker built its rows in, so equal
-    inputs give byte-identical shards on any runner.
+    """Returns rows as a table of the shard schema, in the order given.
 
     Args:
-        schema: the shard schema (``shard_schema``), whose types the columns are cast to.
-        keys: the sort key of each row.
+        schema: the shard schema (``shard_schema``); values are cast to its types, and an overflow raises.
         lists: the four list columns as (offsets [rows + 1], flat values).
         scalars: the scalar columns, one value per row.
     """
@@ -98,13 +93,21 @@ def shard_table(
     for name, (offsets, values) in lists.items():
         columns[name] = pa.ListArray.from_arrays(
             pa.array(np.asarray(offsets, dtype=np.int32)),
-            pa.array(np.asarray(values), type=schema.field(name).type.value_type),  # checked: overflow raises
+            pa.array(np.asarray(values), schema.field(name).type.value_type),
         )
     for name, values in scalars.items():
         columns[name] = pa.array(values, type=schema.field(name).type)
-    table = pa.table([columns[f.name] for f in schema], schema=schema)
-    order = np.argsort(np.asarray(keys, dtype=np.uint64), kind="stable")
-    return table.take(pa.array(order))
+    return pa.table([columns[f.name] for f in schema], schema=schema)
+
+
+def sorted_by_key(tables: Sequence[pa.Table], keys: Sequence[np.ndarray]) -> pa.Table:
+    """Returns the rows of ``tables`` as one table sorted by their uint64 ``keys`` (one array per table).
+
+    Sorting by a stable per-row key makes a shard independent of the order a worker built its rows in, so equal
+    inputs give byte-identical shards on any runner.
+    """
+    order = np.argsort(np.concatenate([np.asarray(k, dtype=np.uint64) for k in keys]), kind="stable")
+    return pa.concat_tables(tables).combine_chunks().take(pa.array(order))
 
 
 def serialize_shard(table: pa.Table) -> bytes:
