@@ -65,18 +65,21 @@ class Rows:
         }
 
     @classmethod
+    def concatenate(cls, pieces: dict[str, list[np.ndarray]], labels: np.ndarray, index: np.ndarray) -> Rows:
+        """Returns the batch whose row i has ``pieces[column][i]`` in each list column."""
+        columns = {name: np.concatenate(parts) if parts else np.zeros(0, np.int64) for name, parts in pieces.items()}
+        return cls(
+            columns["input_ids"], columns["token_type_ids"], _offsets(map(len, pieces["input_ids"])),
+            columns["masked_lm_positions"], columns["masked_lm_ids"], _offsets(map(len, pieces["masked_lm_positions"])),
+            np.asarray(labels), np.asarray(index),
+        )  # fmt: skip
+
+    @classmethod
     def from_dicts(cls, rows: Sequence[dict[str, Any]]) -> Rows:
         """Returns the batch of ``row`` dicts (as ``ShardDataset[key]`` gives them)."""
-
-        def flat(name: str) -> tuple[np.ndarray, np.ndarray]:
-            values = [np.asarray(r[name]) for r in rows]
-            return np.concatenate(values) if values else np.zeros(0, np.int64), _offsets(map(len, values))
-
-        (input_ids, offsets), (positions, prediction_offsets) = flat("input_ids"), flat("masked_lm_positions")
-        return cls(
-            input_ids, flat("token_type_ids")[0], offsets, positions, flat("masked_lm_ids")[0], prediction_offsets,
-            np.array([r["sentence_order_label"] for r in rows]), np.array([r["index"] for r in rows]),
-        )  # fmt: skip
+        pieces = {name: [np.asarray(r[name]) for r in rows] for name in LIST_COLUMNS}
+        labels, index = [r["sentence_order_label"] for r in rows], [r["index"] for r in rows]
+        return cls.concatenate(pieces, np.array(labels, dtype=np.int8), np.array(index, dtype=np.int64))
 
 
 def _offsets(lengths: Iterable[int] | np.ndarray) -> np.ndarray:
@@ -84,14 +87,6 @@ def _offsets(lengths: Iterable[int] | np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
-
-
-def _gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Returns the list-column entries of ``rows`` end to end, and their offsets."""
-    starts = offsets[rows].astype(np.int64)
-    lengths = offsets[rows + 1] - starts
-    out_offsets = _offsets(lengths)
-    return values[np.repeat(starts - out_offsets[:-1], lengths) + np.arange(out_offsets[-1])], out_offsets
 
 
 class _Shard:
@@ -150,23 +145,18 @@ class ShardDataset(Dataset):
         pairs = np.array([key if isinstance(key, tuple) else (0, key) for key in keys], dtype=np.int64).reshape(-1, 2)
         epochs, indices = pairs[:, 0], pairs[:, 1]
         shard_of = np.searchsorted(self.starts, indices, side="right") - 1
-        parts = []  # one Rows per shard touched, then put back in the order asked
-        for shard in np.unique(shard_of):
-            which = np.flatnonzero(shard_of == shard)
-            parts.append((which, self._read(self._shards[shard], indices[which] - self.starts[shard])))
-        rows = _reorder(parts, len(keys))
-        rows.index = indices
+        local = indices - self.starts[shard_of]
+        pieces: dict[str, list[np.ndarray]] = {name: [] for name in LIST_COLUMNS}
+        labels = np.empty(len(keys), dtype=np.int8)
+        for i, (shard, row) in enumerate(zip(shard_of.tolist(), local.tolist(), strict=True)):
+            # Views of the memory-mapped columns; the concatenation below is the one copy.
+            for name, (offsets, values) in self._shards[shard].lists.items():
+                pieces[name].append(values[offsets[row] : offsets[row + 1]])
+            labels[i] = self._shards[shard].labels[row]
+        rows = Rows.concatenate(pieces, labels, indices)
         if self.masking == "dynamic":
             self._remask(rows, epochs)
         return rows
-
-    def _read(self, shard: _Shard, local: np.ndarray) -> Rows:
-        columns = {name: _gather(*shard.lists[name], local) for name in LIST_COLUMNS}
-        return Rows(
-            columns["input_ids"][0], columns["token_type_ids"][0], columns["input_ids"][1],
-            columns["masked_lm_positions"][0], columns["masked_lm_ids"][0], columns["masked_lm_positions"][1],
-            shard.labels[local], local,
-        )  # fmt: skip
 
     def _remask(self, rows: Rows, epochs: np.ndarray) -> None:
         """Replaces the stored masks by new ones drawn from (seed, epoch, row index) alone."""
@@ -178,26 +168,6 @@ class ShardDataset(Dataset):
         masked = mask_batch(original, rows.offsets, keys, self._classes, self.masking_config)
         rows.input_ids, rows.masked_lm_positions, rows.masked_lm_ids = masked.input_ids, masked.positions, masked.labels
         rows.prediction_offsets = masked.offsets
-
-
-def _reorder(parts: list[tuple[np.ndarray, Rows]], count: int) -> Rows:
-    """Returns the rows of every part, each placed at its ``which`` positions of the batch."""
-    if len(parts) == 1:
-        return parts[0][1]  # one shard: read in the order asked
-    which = np.concatenate([w for w, _ in parts])
-    order = np.empty(count, dtype=np.int64)
-    order[which] = np.arange(count)  # batch position i holds joined row order[i]
-    lists = {}
-    for tokens, name in ((True, "input_ids"), (True, "token_type_ids"), (False, "masked_lm_positions"),
-                         (False, "masked_lm_ids")):  # fmt: skip
-        per_row = [np.diff(p.offsets if tokens else p.prediction_offsets) for _, p in parts]
-        values = np.concatenate([getattr(p, name) for _, p in parts])
-        lists[name] = _gather(_offsets(np.concatenate(per_row)), values, order)
-    return Rows(
-        lists["input_ids"][0], lists["token_type_ids"][0], lists["input_ids"][1], lists["masked_lm_positions"][0],
-        lists["masked_lm_ids"][0], lists["masked_lm_positions"][1],
-        np.concatenate([p.sentence_order_label for _, p in parts])[order], np.zeros(count, dtype=np.int64),
-    )  # fmt: skip
 
 
 def collate(batch: Rows | Sequence[dict[str, Any]], multiple: int = 8) -> dict[str, torch.Tensor]:

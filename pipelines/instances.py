@@ -161,8 +161,8 @@ def _chunks(items: list[Item]) -> Iterator[list[Item]]:
         if tokens >= CHUNK_TOKENS:
             yield chunk
             chunk, tokens = [], 0
-    if chunk:
-        yield chunk
+    if chunk or not items:
+        yield chunk  # an empty split (dupe_factor 0) still writes its empty shard
 
 
 def _other_document(documents: list, position: int, rng):

@@ -1,4 +1,4 @@
-"""Whole-word n-gram masking, as the reference does it, over a whole batch at once (pure numpy).
+"""Whole-word n-gram masking, as the reference does it, over a whole batch at once (pure: numpy and numba).
 
 Follows google-research/albert ``create_masked_lm_predictions`` (albert_facts.md §3.4): candidates are whole
 words taken in a random order; at each one a span of n ≤ ``ngram`` words is drawn with p(n) ∝ 1/n, shrunk
@@ -11,7 +11,7 @@ becomes ``[MASK]`` (80 %), stays (10 %) or becomes a random token (10 %). Delibe
 - a span never crosses a special token, so an n-gram never straddles ``[SEP]``;
 - random replacements never draw a special token, and special tokens are never candidates;
 - every number is a counter-based draw addressed by (row key, stream, word or position), see
-  ``seeding.uniforms``, so rows are masked together and a row's masks depend only on its key and its tokens,
+  ``seeding.uniform``, so rows are masked together and a row's masks depend only on its key and its tokens,
   never on the batch it came in;
 - candidate words come from a lazy Fisher-Yates shuffle, which stops as soon as the budget is met.
 
@@ -33,7 +33,7 @@ from pipelines.vocab_layout import MASK_ID, NUM_SPECIAL
 
 __all__ = ["MaskedBatch", "MaskedTokens", "MaskingConfig", "TokenClasses", "is_cjk", "mask_batch", "mask_ngrams"]
 
-# Streams of a row key's draws (seeding.uniforms): what each number decides.
+# Streams of a row key's draws (seeding.uniform): what each number decides.
 ORDER, SPAN_LENGTH, MASK_OR_NOT, RANDOM_OR_KEEP, RANDOM_TOKEN = (np.uint64(s) for s in range(5))
 
 

@@ -151,6 +151,18 @@ def test_reruns_are_byte_identical_with_one_or_two_workers_and_the_seed_matters(
     assert all(changed[name] != digest for name, digest in _hashes(pipeline_run.shards).items() if "train" in name)
 
 
+def test_dupe_factor_zero_writes_empty_training_shards_and_the_held_out_ones(
+    pipeline_run: PipelineRun, tmp_path: Path
+) -> None:
+    """The eval_shards stages hold out documents only: their train shards exist, with the schema and no rows."""
+    run_instances(pipeline_run, tmp_path / "held", "--dupe_factor=0", *LOCAL)
+    manifest = Manifest.read(tmp_path / "held", verify=True)
+    assert all(s.rows == 0 for s in manifest.split("train")) and sum(s.rows for s in manifest.split("validation"))
+    assert open_shard(str(tmp_path / "held" / manifest.split("train")[0].file)).schema == shard_schema(
+        manifest.vocab_size, manifest.max_seq_length
+    )
+
+
 def test_a_corrupt_sentence_file_fails_naming_it_and_leaves_no_manifest(
     pipeline_run: PipelineRun, tmp_path: Path
 ) -> None:
