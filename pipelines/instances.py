@@ -93,7 +93,7 @@ class _BuildShardsFn(beam.DoFn):
         pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.classes = TokenClasses.from_pieces(pieces)
         self.schema = shard_schema(len(pieces), self.config.max_seq_length)
-        self.pairs, self.masking = self.config.pairs, self.config.masking  # built once, used per instance
+        self.pairs, self.masking = self.config.pairs, self.config.masking  # built once per worker
 
     def process(self, indexed_path: tuple[int, str]) -> Iterator[ShardInfo]:
         index, path = indexed_path
@@ -153,7 +153,7 @@ CHUNK_TOKENS = 1 << 18  # source tokens built and masked at once: ~20 MB of work
 
 
 def _chunks(items: list[Item]) -> Iterator[list[Item]]:
-    """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens (at least one item)."""
+    """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens; one empty run for none."""
     chunk, tokens = [], 0
     for item in items:
         chunk.append(item)
