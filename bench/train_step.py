@@ -13,8 +13,10 @@ the same batch and the same number of threads:
    so weights and the batch are not counted but gradients, optimizer state and activations are; on CUDA
    ``torch.cuda.max_memory_allocated`` minus the allocation before the first step;
 3. the ratios ours / transformers (targets: tokens/s ≥ 1.2, peak memory < 1);
-4. the loader's sequences/s per core: ``ShardDataset`` + ``EpochBatchSampler`` + ``collate`` in one process,
-   with dynamic masking (the target) and static masks (for reference), per CPU second of that process.
+4. the loader's sequences/s per core: ``ShardDataset.__getitems__`` (what ``DataLoader`` calls for a batch) +
+   ``EpochBatchSampler`` + ``collate`` in one process, in batches of ``--loader_batch_size`` (128: one GPU's
+   micro-batch at length 128), with dynamic masking (the target) and static masks (for reference), per CPU
+   second of that process.
 
 Each measurement runs in its own fresh subprocess, so one model's memory does not hide the other's.
 
