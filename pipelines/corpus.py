@@ -32,7 +32,14 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics
 
 from pipelines import files, pydocs
-from pipelines.documents import DOCUMENT_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
+from pipelines.documents import (
+    DOCUMENT_SCHEMA,
+    file_index,
+    file_name,
+    files_for_bytes,
+    remove_outputs,
+    table_from_rows,
+)
 from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import stable_hash64
 from pipelines.sources import FORMATS, Source, plan_sources, read_records
@@ -41,7 +48,6 @@ __all__ = [
     "CorpusConfig",
     "ReadDocuments",
     "WriteDocumentFiles",
-    "remove_outputs",
     "run",
 ]
 
@@ -218,11 +224,6 @@ class WriteDocumentFiles(beam.PTransform):
             | "GroupByFile" >> beam.GroupByKey()
             | "WriteFiles" >> beam.ParDo(_WriteFile(self._output))
         )
-
-
-def remove_outputs(output: str, kind: str) -> None:
-    """Deletes ``{kind}-*.parquet``, ``stats.json`` and leftover temporary files from ``output``."""
-    files.delete_matching(output, [f"{kind}-*-of-*.parquet", "stats.json", ".tmp-*"])
 
 
 def run(argv: list[str] | None = None) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from pipelines import files
 from pipelines.seeding import stable_hash64
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "file_index",
     "file_name",
     "files_for_bytes",
+    "remove_outputs",
     "table_from_rows",
 ]
 
@@ -37,7 +39,7 @@ SENTENCES_SCHEMA = pa.schema(
     ]
 )
 
-# A file is the instances stage's work item: ~60 k tokens of text, a few MB of instances at dupe_factor 10.
+# A file is the instances stage's work item: ~60 k tokens of text, ~10 MB of instances at dupe_factor 40.
 # Small enough that one worker holds one file's instances, and that even the embedded default (1.4 MB) gives
 # several files for the workers to share; large enough that per-file overhead does not matter.
 TARGET_FILE_BYTES = 256 << 10
@@ -55,6 +57,11 @@ def file_index(document_id: str, num_files: int) -> int:
 
 def file_name(kind: str, index: int, num_files: int) -> str:
     return f"{kind}-{index:05d}-of-{num_files:05d}.parquet"
+
+
+def remove_outputs(output: str, kind: str) -> None:
+    """Deletes ``{kind}-*.parquet``, ``stats.json`` and leftover temporary files from ``output``."""
+    files.delete_matching(output, [f"{kind}-*-of-*.parquet", "stats.json", ".tmp-*"])
 
 
 def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:

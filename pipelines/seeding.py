@@ -31,9 +31,9 @@ def unit_interval(*parts: object) -> float:
 
 
 def rng_for(seed: int, document_id: str, duplicate: int, purpose: str = "instances") -> random.Random:
-    """Returns the generator for one (seed, document, duplicate): every random choice of an instance comes from it.
+    """Returns the generator for one (seed, document, duplicate): how its instances' pairs are cut comes from it.
 
-    Only ``Random.random()`` is drawn from it (see ``masking``/``sop``): CPython guarantees that sequence for an
+    Only ``Random.random()`` is drawn from it (see ``sop``): CPython guarantees that sequence for an
     int seed across versions, whereas ``randint``/``shuffle``/``choices`` have changed between releases.
     """
     return random.Random(stable_hash64(purpose, seed, document_id, duplicate))

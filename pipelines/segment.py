@@ -26,8 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics
 
 from pipelines import files
-from pipelines.corpus import remove_outputs
-from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+from pipelines.documents import SENTENCES_SCHEMA, file_name, remove_outputs, table_from_rows
 from pipelines.options import parse_stage_args, run_and_count
 from pipelines.sentences import document_sentences, split_long
 from pipelines.textnorm import Normalizer
