@@ -4,9 +4,9 @@ Run: ``python -m pipelines.instances --input data/sentences --spiece data/vocab/
 (any Beam option may follow, e.g. ``--direct_num_workers 2`` or ``--runner DataflowRunner ...``).
 
 Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker builds every instance of one file
-(all ``dupe_factor`` duplicates, masked in one batch), sorts them by a stable per-row key and writes the two
-shards. The work unit
-is a file of bounded size, so memory stays flat however large the corpus, and nothing gathers all instances.
+(all ``dupe_factor`` duplicates, masked in batches), sorts them by a stable per-row key and writes the two
+shards. The work unit is a file of bounded size, so memory stays flat however large the corpus, and nothing
+gathers all instances.
 A document is held out for validation by the hash of its id, so changing the seed keeps the split.
 """
 
@@ -107,8 +107,10 @@ class _BuildShardsFn(beam.DoFn):
             documents.append(flat[start : start + len(doc)])
             start += len(doc)
         items: dict[str, list[Item]] = {"train": [], "validation": []}
+        sizes: dict[str, list[int]] = {"train": [], "validation": []}  # source tokens of each item, for chunking
         for position, (document_id, segments) in enumerate(zip(ids, documents, strict=True)):
             held_out = unit_interval("validation", document_id) < self.config.validation_fraction
+            split, size = "validation" if held_out else "train", sum(map(len, segments))
             dupes = self.config.validation_dupe_factor if held_out else self.config.dupe_factor
             for duplicate in range(dupes):
                 other = None
@@ -116,11 +118,13 @@ class _BuildShardsFn(beam.DoFn):
                     other = _other_document(
                         documents, position, rng_for(self.config.seed, document_id, duplicate, "nsp")
                     )
-                items["validation" if held_out else "train"].append(Item(segments, document_id, duplicate, other))
+                items[split].append(Item(segments, document_id, duplicate, other))
+                sizes[split].append(size)
         self.documents.inc(len(ids))
         for split, split_items in items.items():
             tables, keys = [], []
-            for chunk in _chunks(split_items):  # bounded working memory however large the file or dupe_factor
+            # Chunks bound the working memory however large the file or dupe_factor.
+            for chunk in _chunks(split_items, sizes[split]):
                 built = build_instances(chunk, self.config.seed, self.pairs, self.masking, self.classes)
                 tables.append(self._table(built, chunk))
                 keys.append(built.keys)
@@ -152,12 +156,13 @@ class _BuildShardsFn(beam.DoFn):
 CHUNK_TOKENS = 1 << 18  # source tokens built and masked at once: ~20 MB of working arrays
 
 
-def _chunks(items: list[Item]) -> Iterator[list[Item]]:
-    """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens; one empty run for none."""
+def _chunks(items: list[Item], sizes: list[int]) -> Iterator[list[Item]]:
+    """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens (``sizes``: each item's);
+    one empty run for no items."""
     chunk, tokens = [], 0
-    for item in items:
+    for item, size in zip(items, sizes, strict=True):
         chunk.append(item)
-        tokens += sum(map(len, item.segments))
+        tokens += size
         if tokens >= CHUNK_TOKENS:
             yield chunk
             chunk, tokens = [], 0
