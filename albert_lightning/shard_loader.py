@@ -179,13 +179,13 @@ def collate(batch: Rows | Sequence[dict[str, Any]], multiple: int = 8) -> dict[s
     rows = batch if isinstance(batch, Rows) else Rows.from_dicts(batch)
     lengths, predictions = np.diff(rows.offsets), np.diff(rows.prediction_offsets)
     length = -(-int(lengths.max(initial=1)) // multiple) * multiple
-    tokens = _padded(rows.input_ids, lengths, length, 0)
+    slots = int(predictions.max(initial=1))  # at least one prediction slot, so the loss never sees an empty batch
     out = {
-        "input_ids": tokens,
+        "input_ids": _padded(rows.input_ids, lengths, length, 0),
         "token_type_ids": _padded(rows.token_type_ids, lengths, length, 0),
         "attention_mask": (np.arange(length) < lengths[:, None]).astype(np.int64),
-        "masked_lm_positions": _padded(rows.masked_lm_positions, predictions, max(1, predictions.max(initial=1)), 0),
-        "masked_lm_ids": _padded(rows.masked_lm_ids, predictions, max(1, predictions.max(initial=1)), IGNORE_INDEX),
+        "masked_lm_positions": _padded(rows.masked_lm_positions, predictions, slots, 0),
+        "masked_lm_ids": _padded(rows.masked_lm_ids, predictions, slots, IGNORE_INDEX),
         "sentence_order_label": rows.sentence_order_label.astype(np.int64),
         "index": np.asarray(rows.index, dtype=np.int64),
     }
