@@ -5,9 +5,11 @@ Writes ``documents-{i:05d}-of-{n:05d}.parquet`` (``documents.DOCUMENT_SCHEMA``; 
 ``file_index(id, n)``, n from the total text bytes) and then, last, ``stats.json`` with the stage's counters.
 
 Inputs: files, folders or globs in ``bert``, ``text`` (one document per file), ``jsonl`` or ``parquet``
-form, possibly gzip/bz2/... compressed (``sources`` says how each is read). No inputs: the embedded default,
-the docstrings and help topics of the standard library (``pydocs``), of which the ``embedded_max_documents``
-with the smallest hash of their id are kept, a subset spread over the whole library.
+form, possibly gzip/bz2/... compressed (``sources`` says how each is read). No inputs: the embedded default
+(``pydocs``), the docstrings and help topics of the standard library (``embedded_sources: stdlib``), the
+docstrings of the project's installed dependencies (``dependencies``) or both, of which the
+``embedded_max_documents`` with the smallest hash of their id are kept, a subset spread over every library.
+``stats.json`` records the version of each library read (``sources``).
 
 Ids are ``{name}:{ordinal}``: ``name`` is the file's path relative to the non-glob folder of its pattern
 (its basename for a plain path, e.g. ``books/a.txt`` for ``data/**/*.txt``) and ``ordinal`` counts the
@@ -61,19 +63,25 @@ class CorpusConfig:
     )
     format: str = dataclasses.field(default="auto", metadata={"help": f"one of {', '.join(FORMATS)}"})
     text_field: str = dataclasses.field(default="text", metadata={"help": "JSON Lines key / Parquet column"})
+    # The built-in defaults keep the first corpus (stdlib, 4000) for runs without params.yaml, such as the tests'
+    # shared fixture; params.yaml chooses both sources and a cap that does not bind.
+    embedded_sources: str = dataclasses.field(
+        default="stdlib", metadata={"help": f"embedded default: one of {', '.join(pydocs.EMBEDDED_SOURCES)}"}
+    )
     embedded_max_documents: int = dataclasses.field(
-        default=4000, metadata={"help": "embedded default: keep at most this many documents"}
+        default=4000, metadata={"help": "embedded default: keep at most this many (the smallest id hashes)"}
     )
     embedded_min_chars: int = dataclasses.field(
         default=300, metadata={"help": "embedded default: keep only texts longer than this (characters)"}
     )
     embedded_packages: list[str] = dataclasses.field(
-        default_factory=list, metadata={"help": "embedded default: only these top-level modules; none = all"}
+        default_factory=list, metadata={"help": "embedded default: only these modules and their submodules"}
     )
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        pydocs.embedded_libraries(self.embedded_sources)  # raises ValueError listing the choices
         if self.embedded_max_documents < 1:
             raise ValueError(f"embedded_max_documents must be positive, got {self.embedded_max_documents}")
 
@@ -106,19 +114,28 @@ class _ReadFile(beam.DoFn):
             self._count["empty_files"].inc()
 
 
-class _ParseStdlibSource(beam.DoFn):
-    """Parses one standard-library source file into documentation documents (embedded default)."""
+class _ParseEmbeddedSource(beam.DoFn):
+    """Parses one (library, source file) of the embedded default into documents; owns their counters."""
 
     COUNTERS = ("source_files", "unparsable_sources", "short_docstrings")
 
-    def __init__(self, min_chars: int):
+    def __init__(self, min_chars: int, versions: dict[str, str]):
         self._min_chars = min_chars
+        self._versions = versions
         self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
 
-    def process(self, source: str) -> Iterator[dict]:
+    def setup(self) -> None:
+        # stats.json records the launcher's versions: a worker with others would write a corpus they do not describe.
+        for library, version in self._versions.items():
+            if (found := pydocs.library_version(library)) != version:
+                raise RuntimeError(f"this worker has {library} {found}, the launcher {version}: install the same")
+        self._roots = {library: pydocs.library_root(library) for library in self._versions}
+
+    def process(self, element: tuple[str, str]) -> Iterator[dict]:
+        library, source = element
         self._count["source_files"].inc()
         try:
-            documents = pydocs.source_documents(source)
+            documents = pydocs.source_documents(source, self._roots[library], library)
         except (SyntaxError, ValueError):  # e.g. a file written for another Python version
             self._count["unparsable_sources"].inc()
             return
@@ -141,12 +158,14 @@ def _each(items: list) -> list:
 class ReadDocuments(beam.PTransform):
     """Reads the configured inputs (or the embedded default) into document dicts of ``DOCUMENT_SCHEMA``.
 
-    Input files are matched when the transform is applied, so a missing path fails before the pipeline runs.
+    Input files are matched when the transform is applied, so a missing path fails before the pipeline runs;
+    then ``versions`` holds the version of each embedded library read, by name (empty for input files).
     """
 
     def __init__(self, config: CorpusConfig):
         super().__init__()
         self._config = config
+        self.versions: dict[str, str] = {}
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         config = self._config
@@ -157,14 +176,13 @@ class ReadDocuments(beam.PTransform):
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadFiles" >> beam.ParDo(_ReadFile(config.text_field))
             )
-        sources = pydocs.stdlib_sources(config.embedded_packages)
-        if not sources:
-            raise ValueError(f"embedded_packages {config.embedded_packages} match no standard-library module")
+        sources = pydocs.embedded_sources(config.embedded_sources, config.embedded_packages)
+        self.versions = {library: pydocs.library_version(library) for library in sorted({lib for lib, _ in sources})}
         return (
             pbegin
-            | "ListStdlibSources" >> beam.Create(sources)
+            | "ListEmbeddedSources" >> beam.Create(sources)
             | "SpreadSources" >> beam.Reshuffle()
-            | "ParseDocstrings" >> beam.ParDo(_ParseStdlibSource(config.embedded_min_chars))
+            | "ParseDocstrings" >> beam.ParDo(_ParseEmbeddedSource(config.embedded_min_chars, self.versions))
             | "KeepSpreadSubset" >> beam.combiners.Top.Smallest(config.embedded_max_documents, key=_selection_key)
             | "Unlist" >> beam.FlatMap(_each)
         )
@@ -239,14 +257,15 @@ def run(argv: list[str] | None = None) -> dict:
     remove_outputs(output, "documents")
     try:
         pipeline = beam.Pipeline(options=args.beam)
-        _ = pipeline | "ReadDocuments" >> ReadDocuments(args.config) | "WriteDocuments" >> WriteDocumentFiles(output)
-        reader = _ReadFile if args.config.inputs else _ParseStdlibSource
-        counters = run_and_count(pipeline, reader, _WriteFile)
+        reader = ReadDocuments(args.config)
+        _ = pipeline | "ReadDocuments" >> reader | "WriteDocuments" >> WriteDocumentFiles(output)
+        counters = run_and_count(pipeline, _ReadFile if args.config.inputs else _ParseEmbeddedSource, _WriteFile)
     except BaseException:
         remove_outputs(output, "documents")
         raise
     written = FileSystems.match([files.join(output, "documents-*-of-*.parquet")])[0].metadata_list
-    stats = {"config": dataclasses.asdict(args.config), "counters": counters, "files": len(written)}
+    config = dataclasses.asdict(args.config)
+    stats = {"config": config, "counters": counters, "files": len(written), "sources": reader.versions}
     files.write_json_atomically(files.join(output, "stats.json"), stats)
     return stats
 

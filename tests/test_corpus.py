@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import importlib.metadata
 import json
+import platform
 import re
 import shutil
 from pathlib import Path
@@ -125,6 +127,90 @@ def test_stdlib_listing_skips_tests_and_tools():
     assert sources == sorted(sources) and "json/decoder.py" in sources and pydocs.TOPICS_SOURCE in sources
     for skipped in ("test/", "tests/", "idlelib/", "lib2to3/", "site-packages/"):
         assert not any(f"/{skipped}" in f"/{s}" for s in sources)
+
+
+DEPENDENCY_SLICE = ["--embedded_packages", "sklearn.cluster", "numpy.linalg", "scipy.linalg"]
+ALL_DOCUMENTS = ["--embedded_max_documents", "100000"]
+
+
+@pytest.fixture(scope="module")
+def dependency_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus stage over a slice of the dependencies' docs, at one worker."""
+    out = tmp_path_factory.mktemp("slice") / "one"
+    _run(out, "--embedded_sources", "dependencies", *DEPENDENCY_SLICE, *ALL_DOCUMENTS)
+    return out
+
+
+def test_dependency_docs_are_the_same_bytes_at_two_workers(dependency_slice: Path, tmp_path: Path):
+    multi = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    _run(tmp_path / "two", "--embedded_sources", "dependencies", *DEPENDENCY_SLICE, *ALL_DOCUMENTS, beam=multi)
+    one = _file_bytes(dependency_slice)
+    assert len(one) > 2  # stats.json and several document files, so routing to files is compared too
+    assert _file_bytes(tmp_path / "two") == one
+
+
+def test_stats_record_each_library_version(dependency_slice: Path):
+    stats = json.loads((dependency_slice / "stats.json").read_text())
+    libraries = ("numpy", "scikit-learn", "scipy")
+    assert stats["sources"] == {name: importlib.metadata.version(name) for name in libraries}
+    assert stats["counters"]["unparsable_sources"] == 0 and stats["counters"]["documents"] > 100
+
+
+def test_dependency_docs_name_their_library_and_version(dependency_slice: Path):
+    docs = _documents(dependency_slice)
+    assert "pydoc:sklearn.cluster._kmeans:KMeans" in docs
+    for doc_id, doc in docs.items():
+        meta = doc["meta"]
+        assert set(meta) == {"kind", "library", "module", "package", "qualname", "source", "version"}
+        assert meta["version"] == importlib.metadata.version(meta["library"])
+        assert pydocs.DEPENDENCIES[meta["library"]] == meta["package"] == meta["module"].split(".")[0]
+        assert meta["module"].startswith(("sklearn.cluster", "numpy.linalg", "scipy.linalg"))
+        assert doc_id.startswith(f"pydoc:{meta['module']}") and meta["source"].startswith(f"{meta['package']}/")
+
+
+def test_stdlib_source_has_no_dependency_docs_and_keeps_its_meta(tmp_path: Path):
+    stats = _run(tmp_path / "stdlib", "--embedded_sources", "stdlib", "--embedded_packages", "json", *ALL_DOCUMENTS)
+    _run(tmp_path / "both", "--embedded_sources", "both", "--embedded_packages", "json", "numpy.linalg", *ALL_DOCUMENTS)
+    stdlib, both = _documents(tmp_path / "stdlib"), _documents(tmp_path / "both")
+    assert stats["sources"] == {"python": platform.python_version()}
+    assert stdlib and all(set(d["meta"]) == {"kind", "module", "package", "python", "qualname", "source"}
+                          for d in stdlib.values())  # fmt: skip
+    assert {i: d for i, d in both.items() if d["meta"]["package"] == "json"} == stdlib
+    assert {d["meta"].get("library") for d in both.values()} == {None, "numpy"}
+
+
+def test_unknown_embedded_sources_or_package_fails_naming_the_choices(tmp_path: Path):
+    with pytest.raises(ValueError, match="embedded_sources must be one of stdlib, dependencies, both, got 'all'"):
+        _run(tmp_path / "out", "--embedded_sources", "all")
+    with pytest.raises(ValueError, match=r"\['numpy\.nowhere'\] match no module"):
+        _run(tmp_path / "out", "--embedded_sources", "both", "--embedded_packages", "json", "numpy.nowhere")
+
+
+def test_dependency_listing_skips_tests_vendored_code_and_benchmarks():
+    sklearn, beam = pydocs.library_sources("scikit-learn"), pydocs.library_sources("apache-beam")
+    assert "sklearn/cluster/_kmeans.py" in sklearn and "apache_beam/transforms/core.py" in beam
+    for skipped in ("tests/", "externals/", "array_api_compat/", "testing/", "benchmarks/", "load_tests/"):
+        assert not any(f"/{skipped}" in f"/{s}" for s in sklearn + beam)
+    assert not any(s.endswith(("_test.py", "conftest.py")) or "/test_" in s for s in sklearn + beam)
+    assert pydocs.stdlib_sources(["email.mime"]) == [s for s in pydocs.stdlib_sources() if s.startswith("email/mime/")]
+
+
+def test_a_missing_dependency_or_a_module_in_two_libraries_fails_clearly(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(pydocs, "DEPENDENCIES", {"no-such-dist": "no_such_package"})
+    with pytest.raises(ModuleNotFoundError, match="no-such-dist"):
+        pydocs.library_version("no-such-dist")
+    with pytest.raises(ModuleNotFoundError, match="no-such-dist"):
+        pydocs.embedded_sources("dependencies")
+    monkeypatch.setattr(pydocs, "DEPENDENCIES", {"fake-json": "json"})  # a "dependency" shadowing the stdlib's json
+    with pytest.raises(ValueError, match="module json is in both python and fake-json"):
+        pydocs.embedded_sources("both")
+
+
+def test_a_worker_with_other_library_versions_refuses_to_parse():
+    parse = corpus._ParseEmbeddedSource(300, {"numpy": "0.0.1", "python": platform.python_version()})
+    found = importlib.metadata.version("numpy")
+    with pytest.raises(RuntimeError, match=re.escape(f"has numpy {found}, the launcher 0.0.1")):
+        parse.setup()
 
 
 def test_docstrings_are_parsed_not_imported(tmp_path: Path):
