@@ -4,8 +4,9 @@ Run: ``python -m pipelines.tasks --input data/sentences --output data/tasks`` (B
 Two labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
 evaluate a pretrained model with no download:
 
-- ``package`` (single text): passage → its top-level standard-library package, among the ``num_packages``
-  packages with most documents (ties by name); documents of other packages are not used.
+- ``package`` (single text): passage → the top-level package it documents (``torch``, ``scipy``, ``email``…),
+  among the ``num_packages`` packages with most documents (ties by name); documents of other packages are not
+  used. On the embedded default with ``num_packages: 6`` these are the six libraries the project installs.
 - ``same_module`` (text pair): (passage A, passage B) → "1" when both document the same module, else "0".
   Each document anchors up to ``pairs_per_document`` positives (its next same-module documents in seeded hash
   order), each emitted together with one negative for the same anchor: balanced by construction. A negative is
