@@ -1,19 +1,19 @@
-"""What pretraining bought: ``python -m albert_lightning.evaluate`` → ``data/eval/metrics.json``.
+"""What pretraining bought, with its noise: ``python -m albert_lightning.evaluate`` → ``data/eval/``.
 
-For every configured task, the dev score of (a) fine-tuning the pretrained checkpoint, (b) the same fine-tuning
-from random weights of the same shape, and (c) the majority class (or train mean), all on the same split; plus
-intrinsic scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind:
-the columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
+For every configured task and training-set size (``train_sizes``: nested subsets, a learning curve), each of
+``seeds`` fine-tuning seeds fine-tunes (a) the pretrained checkpoint and (b) random weights of the same shape on
+the same examples in the same order; the report gives both starts' medians over seeds, the median gain with a
+bootstrap interval over seeds and dev examples, and (c) the majority class (or train mean). Plus intrinsic
+scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
+columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
 ``data/tasks/*``, or your own) or GLUE task names read from ``glue_dir``. Knobs: the ``evaluate`` section of
-``params.yaml``, each also a ``--flag``.
+``params.yaml``, each also a ``--flag``. Outputs: see ``eval_report.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -22,11 +22,13 @@ import lightning as L
 import torch
 import yaml
 
-from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_encoder, make_loader
-from albert_lightning.metrics import compute_metrics, majority_baseline
+from albert_lightning.eval_report import summarise, write_report
+from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_encoder, make_loader, random_encoder
+from albert_lightning.metrics import majority_baseline
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.shard_loader import ShardDataset, collate
 from albert_lightning.sharding import FSDP2Strategy
+from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
 from albert_lightning.tasks import GLUE_TASKS, TaskSpec, generic_task, label_ids, load_split
 
 __all__ = ["EvaluateConfig", "evaluate_task", "intrinsic_scores", "main"]
@@ -44,12 +46,28 @@ class EvaluateConfig:
     max_seq_length: int = 128
     batch_size: int = 32
     epochs: float = 3.0
+    min_steps: int = 30  # floor per fine-tuning run: a 32-example set is one batch, too few steps to learn
     max_steps: int = 300  # cap per fine-tuning run (CPU budget); -1 for none
     lr: float = 1e-4
     seed: int = 12345
+    seeds: int = 3  # fine-tuning seeds per task and size, derived from `seed`
+    train_sizes: list[int] = dataclasses.field(default_factory=lambda: [32, 128, 512, 0])  # 0: every example
+    bootstrap_resamples: int = 2000  # resamples of (seeds, dev examples) for the gain's interval
     devices: int = 1
     intrinsic_batches: int = 20
     random_baseline: bool = True  # also fine-tune a random model of the same shape (ablation grids may skip it)
+
+
+Encoded = list[tuple[list[int], list[int], Any]]  # (input_ids, token_type_ids, label) per example
+
+
+@dataclasses.dataclass
+class TaskData:
+    """One task, encoded once for all of its fine-tuning runs."""
+
+    spec: TaskSpec
+    train: Encoded
+    devs: dict[str, Encoded]  # dev split name → examples
 
 
 def _task(name: str, config: EvaluateConfig) -> tuple[TaskSpec, Path]:
@@ -60,10 +78,17 @@ def _task(name: str, config: EvaluateConfig) -> tuple[TaskSpec, Path]:
     return generic_task(name), Path(name)
 
 
-def _encode(spec: TaskSpec, folder: Path, split: str, encoder: Encoder) -> list[tuple[list[int], list[int], Any]]:
+def _encode(spec: TaskSpec, folder: Path, split: str, encoder: Encoder) -> Encoded:
     examples = load_split(spec, folder, split)
     labels = label_ids(spec, examples)
     return [(*encoder(e.text_a, e.text_b), label) for e, label in zip(examples, labels, strict=True)]
+
+
+def load_task(name: str, config: EvaluateConfig, encoder: Encoder) -> TaskData:
+    """Reads and encodes a task's train and dev splits."""
+    spec, folder = _task(name, config)
+    devs = {split: _encode(spec, folder, split, encoder) for split in spec.eval_splits}
+    return TaskData(spec, _encode(spec, folder, "train", encoder), devs)
 
 
 def _trainer(config: EvaluateConfig, max_steps: int) -> L.Trainer:
@@ -81,45 +106,73 @@ def _trainer(config: EvaluateConfig, max_steps: int) -> L.Trainer:
     )
 
 
-def finetune(network: AlbertForPreTraining, spec: TaskSpec, train: list, config: EvaluateConfig):
-    """Fine-tunes ``network`` on the encoded ``train`` examples; returns the trainer and the fine-tuned module."""
-    L.seed_everything(config.seed, verbose=False)
+def finetune(
+    network: AlbertForPreTraining, spec: TaskSpec, train: Encoded, steps: int, seed: int, config: EvaluateConfig
+) -> tuple[L.Trainer, AlbertFineTuning]:
+    """Fine-tunes a copy of ``network`` for ``steps`` on ``train``; ``seed`` fixes classifier, dropout and order.
+
+    ``network`` itself is left untouched, so one loaded checkpoint serves every run.
+    """
+    # Adam's second moments and some activations underflow into subnormal floats, which x86 CPUs compute many
+    # times slower: a 50-step run of the small preset on 2 cores took 82 s with them and 11 s flushed to zero.
+    torch.set_flush_denormal(True)
+    L.seed_everything(seed, verbose=False)  # before the classifier is drawn: its init and dropout follow the seed
     regression = spec.kind == "regression"
-    loader = make_loader(train, config.batch_size, regression, shuffle=True, seed=config.seed)
-    steps = math.ceil(config.epochs * len(loader))
-    if config.max_steps > 0:
-        steps = min(steps, config.max_steps)
+    loader = make_loader(train, config.batch_size, regression, shuffle=True, seed=seed)
     module = AlbertFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps)
     trainer = _trainer(config, steps)
     trainer.fit(module, train_dataloaders=loader)
     return trainer, module
 
 
-def score(trainer: L.Trainer, module: AlbertFineTuning, spec: TaskSpec, dev: list, config: EvaluateConfig) -> dict:
-    """Returns the task's metrics of the fine-tuned ``module`` on the encoded ``dev`` examples."""
+def predict(trainer: L.Trainer, module: AlbertFineTuning, spec: TaskSpec, dev: Encoded, config: EvaluateConfig):
+    """Returns the fine-tuned ``module``'s predictions (label ids or scores) on the encoded ``dev`` examples."""
     loader = make_loader(dev, config.batch_size, spec.kind == "regression", shuffle=False, seed=config.seed)
-    predictions = torch.cat(trainer.predict(module, loader)).tolist()
-    return compute_metrics(spec, predictions, [label for *_, label in dev])
+    return torch.cat(trainer.predict(module, loader)).tolist()
 
 
-def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTraining) -> dict[str, Any]:
-    """Returns, per dev split, the pretrained, random-init and majority scores of one task."""
-    spec, folder = _task(name, config)
-    encoder = Encoder(config.spiece, config.max_seq_length)
-    train = _encode(spec, folder, "train", encoder)
-    devs = {split: _encode(spec, folder, split, encoder) for split in spec.eval_splits}
-    splits: dict[str, dict[str, Any]] = {
-        split: {"examples": len(dev), "majority": majority_baseline(spec, [t[-1] for t in train], [d[-1] for d in dev])}
-        for split, dev in devs.items()
-    }
-    inits = [("pretrained", pretrained)]
+def _starts(pretrained: AlbertForPreTraining, seed: int, config: EvaluateConfig):
+    yield "pretrained", pretrained
     if config.random_baseline:
-        inits.append(("random_init", load_encoder(None, pretrained.config)))
-    for init, network in inits:
-        trainer, module = finetune(network, spec, train, config)
-        for split, dev in devs.items():
-            splits[split][init] = score(trainer, module, spec, dev, config)
-    return {"task": spec.name, "primary": spec.primary, "train_examples": len(train), "splits": splits}
+        yield "random_init", random_encoder(pretrained.config, random_init_seed(seed))
+
+
+def evaluate_size(task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig) -> dict:
+    """Fine-tunes every (seed, start) on ``size`` training examples; returns each dev split's summary."""
+    spec, seeds = task.spec, finetuning_seeds(config.seed, config.seeds)
+    steps = finetuning_steps(size, config.epochs, config.batch_size, config.min_steps, config.max_steps)
+    predictions: dict[str, dict[str, list]] = {split: {} for split in task.devs}
+    for seed in seeds:
+        # The same subset and order for both starts: the gain is a paired comparison.
+        train = [task.train[i] for i in train_subset(len(task.train), seed, spec.name, size)]
+        for start, network in _starts(pretrained, seed, config):
+            trainer, module = finetune(network, spec, train, steps, seed, config)
+            for split, dev in task.devs.items():
+                predictions[split].setdefault(start, []).append(predict(trainer, module, spec, dev, config))
+    return {
+        split: summarise(
+            spec, [d[-1] for d in task.devs[split]], starts, size, steps, config.bootstrap_resamples, config.seed
+        )
+        for split, starts in predictions.items()
+    }
+
+
+def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTraining, encoder: Encoder) -> dict:
+    """Returns, per dev split, the majority score and per training-set size the fine-tuned scores of one task."""
+    task = load_task(name, config, encoder)
+    train_labels = [t[-1] for t in task.train]
+    splits: dict[str, dict[str, Any]] = {
+        split: {
+            "examples": len(dev),
+            "majority": majority_baseline(task.spec, train_labels, [d[-1] for d in dev]),
+            "sizes": {},
+        }
+        for split, dev in task.devs.items()
+    }
+    for size in train_sizes(config.train_sizes, len(task.train)):
+        for split, summary in evaluate_size(task, size, pretrained, config).items():
+            splits[split]["sizes"][str(size)] = summary
+    return {"task": task.spec.name, "primary": task.spec.primary, "train_examples": len(task.train), "splits": splits}
 
 
 @torch.no_grad()
@@ -155,7 +208,8 @@ def _parse(argv: list[str] | None) -> EvaluateConfig:
     parser = argparse.ArgumentParser(prog="python -m albert_lightning.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--params", default="params.yaml", help="params file with an `evaluate` section")
     for field in dataclasses.fields(EvaluateConfig):
-        kind = {"int": int, "float": float, "bool": _parse_bool}.get(field.type, str)  # annotations are strings
+        types = {"int": int, "float": float, "bool": _parse_bool, "list[int]": int}
+        kind = types.get(field.type, str)  # annotations are strings
         nargs = "*" if field.type.startswith("list") else None
         parser.add_argument(f"--{field.name}", nargs=nargs, type=kind, default=argparse.SUPPRESS)
     args = vars(parser.parse_args(argv))
@@ -168,49 +222,25 @@ def _parse(argv: list[str] | None) -> EvaluateConfig:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Runs every task and the intrinsic scores; writes and returns ``{output}/metrics.json``."""
+    """Runs every task and the intrinsic scores; writes the outputs and returns ``metrics.json``'s content."""
     config = _parse(argv)
-    pretrained = load_encoder(config.checkpoint)
+    pretrained = load_encoder(config.checkpoint)  # once: fine-tuning copies its weights and leaves it as it was
     report = {
         "checkpoint": config.checkpoint,
+        "seeds": finetuning_seeds(config.seed, config.seeds),
         "intrinsic": {
             Path(shards).name: intrinsic_scores(pretrained, shards, config.intrinsic_batches, config.batch_size)
             for shards in config.shards
         },
         "tasks": {},
     }
+    encoder = Encoder(config.spiece, config.max_seq_length)
     for name in config.tasks:
-        result = evaluate_task(name, config, load_encoder(config.checkpoint))
+        result = evaluate_task(name, config, pretrained, encoder)
         report["tasks"][result["task"]] = result
-    os.makedirs(config.output, exist_ok=True)
-    with open(os.path.join(config.output, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-        f.write("\n")
-    table = markdown_table(report)
-    with open(os.path.join(config.output, "report.md"), "w", encoding="utf-8") as f:
-        f.write(table)
+    table = write_report(report, config.output)
     print(table)
     return report
-
-
-def markdown_table(report: dict[str, Any]) -> str:
-    """Returns the report as Markdown: one row per task and dev split, then the intrinsic scores."""
-    lines = [
-        "| task | split | metric | pretrained | random init | majority |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, task in report["tasks"].items():
-        metric = task["primary"]
-        for split, scores in task["splits"].items():
-            cells = [
-                f"{scores[k][metric]:.3f}" if k in scores else "-" for k in ("pretrained", "random_init", "majority")
-            ]
-            lines.append(f"| {name} | {split} ({scores['examples']}) | {metric} | {' | '.join(cells)} |")
-    lines += ["", "| held-out shards | kind | MLM accuracy | sentence-pair accuracy |", "|---|---|---|---|"]
-    for name, scores in report["intrinsic"].items():
-        pair = scores[f"{scores['kind']}_accuracy"]
-        lines.append(f"| {name} | {scores['kind']} | {scores['mlm_accuracy']:.3f} | {pair:.3f} |")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from albert_lightning.sharding import shard_albert
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import CLS_ID, SEP_ID
 
-__all__ = ["AlbertFineTuning", "Encoder", "load_encoder"]
+__all__ = ["AlbertFineTuning", "Encoder", "load_encoder", "random_encoder"]
 
 
 def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) -> AlbertForPreTraining:
@@ -50,6 +50,19 @@ def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) 
     from albert_lightning.export import load_pretraining_checkpoint
 
     return load_pretraining_checkpoint(source)
+
+
+def random_encoder(config: AlbertConfig, seed: int) -> AlbertForPreTraining:
+    """Returns random weights of ``config``'s shape drawn for ``seed`` alone.
+
+    ``init_weights`` draws from torch's global generator, whose state depends on whatever ran before in the
+    process (a previous task's fine-tuning, checkpoint loading): the random-init baseline then changed between
+    runs of one evaluation. A forked, seeded generator makes the weights a function of ``seed`` and leaves the
+    caller's generator as it was.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return load_encoder(None, config)
 
 
 class Encoder:

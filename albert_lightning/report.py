@@ -79,6 +79,8 @@ def _read_run(folder: Path) -> Run:
     tasks = {}
     for name, task in evaluation["tasks"].items():
         split = next(iter(task["splits"].values()))
+        if "sizes" in split:  # a learning curve: compare runs at their largest training set (median over seeds)
+            split = split["sizes"][max(split["sizes"], key=int)]
         tasks[name] = split["pretrained"][task["primary"]]
     curve_file = folder / "curves" / "validation.csv"
     with open(curve_file, newline="", encoding="utf-8") as f:

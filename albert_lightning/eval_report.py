@@ -1,0 +1,150 @@
+"""The evaluation's outputs: per-size summaries over seeds, ``metrics.json``, ``report.md`` and the learning curve.
+
+``summarise`` turns the dev predictions of every (seed, start) into medians over seeds, the per-seed primary
+scores and the median gain with its bootstrap interval (``bootstrap.py``). ``write_report`` writes
+``metrics.json`` (what ``dvc metrics show`` lists and ``report.py`` reads), ``report.md``,
+``learning_curve.csv`` (``dvc plots show``) and ``learning_curve.png``. Numbers are rounded to 4 decimals so
+the files are stable. No torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from albert_lightning.bootstrap import median_gain_interval
+from albert_lightning.metrics import compute_metrics
+from albert_lightning.tasks import TaskSpec
+
+__all__ = ["curve_rows", "markdown_table", "summarise", "write_report"]
+
+STARTS = ("pretrained", "random_init")
+DIGITS = 4
+
+
+def _round(value: float) -> float:
+    return round(float(value), DIGITS) + 0.0  # + 0.0: -0.0 would print as "-0.0"
+
+
+def summarise(
+    spec: TaskSpec,
+    references: Sequence,
+    predictions: dict[str, list[list]],
+    train_examples: int,
+    steps: int,
+    resamples: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Summarises one task, dev split and training-set size over its fine-tuning seeds.
+
+    Args:
+        spec: The task.
+        references: The dev labels.
+        predictions: Start ("pretrained", "random_init") → one list of dev predictions per seed, seeds in the
+            same order for every start.
+        train_examples: Examples each run trained on.
+        steps: Optimizer steps of each run.
+        resamples: Bootstrap resamples for the gain's interval.
+        seed: Seeds the bootstrap generator.
+
+    Returns:
+        Per start the median over seeds of every metric, the per-seed primary scores under ``seeds``, and with
+        both starts the median gain of the primary metric and its 95% interval under ``gain``.
+    """
+    summary: dict[str, Any] = {"train_examples": train_examples, "steps": steps, "seeds": {}}
+    for start, rows in predictions.items():
+        scores = [compute_metrics(spec, row, references) for row in rows]
+        summary[start] = {m: _round(np.median([s[m] for s in scores])) for m in spec.metrics}
+        summary["seeds"][start] = [_round(s[spec.primary]) for s in scores]
+    if all(start in predictions for start in STARTS):
+        # Accuracy is a per-example mean, which the bootstrap computes vectorised; other metrics are recomputed.
+        metric = None if spec.primary == "accuracy" else lambda p, r: compute_metrics(spec, p, r)[spec.primary]
+        arrays = [np.asarray(predictions[start]) for start in STARTS]
+        gain = median_gain_interval(*arrays, np.asarray(references), metric, resamples, seed)
+        summary["gain"] = {"median": _round(gain.median), "low": _round(gain.low), "high": _round(gain.high)}
+    return summary
+
+
+def _splits(report: dict[str, Any]):
+    """Yields (label, primary metric, split summary) per task and dev split; the label names non-"dev" splits."""
+    for name, task in report["tasks"].items():
+        for split, scores in task["splits"].items():
+            yield (name if split == "dev" else f"{name} {split}"), task["primary"], scores
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """Returns the report as Markdown: a row per task, dev split and training-set size, then intrinsic scores."""
+    lines = [
+        "| task | metric | train examples | pretrained (median) | random init (median) | gain [95% CI] | majority |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, metric, scores in _splits(report):
+        for size in scores["sizes"].values():
+            cells = [f"{size[s][metric]:.3f}" if s in size else "-" for s in STARTS]
+            gain = size.get("gain")
+            cells.append(f"{gain['median']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]" if gain else "-")
+            cells.append(f"{scores['majority'][metric]:.3f}")
+            lines.append(f"| {label} | {metric} | {size['train_examples']} | {' | '.join(cells)} |")
+    lines += ["", "| held-out shards | kind | MLM accuracy | sentence-pair accuracy |", "|---|---|---|---|"]
+    for name, scores in report["intrinsic"].items():
+        pair = scores[f"{scores['kind']}_accuracy"]
+        lines.append(f"| {name} | {scores['kind']} | {scores['mlm_accuracy']:.3f} | {pair:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def curve_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The learning curve: per task and training-set size, each start's median primary score and the majority."""
+    rows = []
+    for label, metric, scores in _splits(report):
+        for size in scores["sizes"].values():
+            row = {"task": label, "train_examples": size["train_examples"]}
+            row.update({s: size[s][metric] if s in size else "" for s in STARTS})
+            rows.append({**row, "majority": _round(scores["majority"][metric])})
+    return rows
+
+
+def _plot(report: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on CI or under dvc repro
+    import matplotlib.pyplot as plt
+
+    panels = list(_splits(report))
+    figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
+    for axis, (label, metric, scores) in zip(axes[0], panels, strict=False):
+        sizes = list(scores["sizes"].values())
+        x = [s["train_examples"] for s in sizes]
+        for start, colour in zip(STARTS, ("tab:blue", "tab:orange"), strict=True):
+            if start not in sizes[0]:
+                continue
+            axis.plot(x, [s[start][metric] for s in sizes], color=colour, marker="o", label=f"{start} (median)")
+            for n, size in zip(x, sizes, strict=True):
+                axis.scatter([n] * len(size["seeds"][start]), size["seeds"][start], color=colour, s=12, alpha=0.5)
+        axis.axhline(scores["majority"][metric], color="grey", linestyle="--", label="majority")
+        axis.set(xscale="log", title=label, xlabel="train examples", ylabel=f"dev {metric}")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def write_report(report: dict[str, Any], output: str) -> str:
+    """Writes metrics.json, report.md, learning_curve.csv and learning_curve.png to ``output``; returns report.md."""
+    os.makedirs(output, exist_ok=True)
+    with open(os.path.join(output, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+        f.write("\n")
+    table = markdown_table(report)
+    with open(os.path.join(output, "report.md"), "w", encoding="utf-8") as f:
+        f.write(table)
+    with open(os.path.join(output, "learning_curve.csv"), "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["task", "train_examples", *STARTS, "majority"])
+        writer.writeheader()
+        writer.writerows(curve_rows(report))
+    _plot(report, os.path.join(output, "learning_curve.png"))
+    return table
