@@ -71,25 +71,27 @@ def summarise(
 
 
 def _splits(report: dict[str, Any]):
-    """Yields (label, primary metric, split summary) per task and dev split; the label names non-"dev" splits."""
+    """Yields (task, split, primary metric, split summary) per task and dev split."""
     for name, task in report["tasks"].items():
         for split, scores in task["splits"].items():
-            yield (name if split == "dev" else f"{name} {split}"), task["primary"], scores
+            yield name, split, task["primary"], scores
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     """Returns the report as Markdown: a row per task, dev split and training-set size, then intrinsic scores."""
     lines = [
-        "| task | metric | train examples | pretrained (median) | random init (median) | gain [95% CI] | majority |",
-        "|---|---|---|---|---|---|---|",
+        "| task | split | metric | train examples | pretrained (median) | random init (median) | gain [95% CI] "
+        "| majority |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for label, metric, scores in _splits(report):
+    for name, split, metric, scores in _splits(report):
         for size in scores["sizes"].values():
             cells = [f"{size[s][metric]:.3f}" if s in size else "-" for s in STARTS]
             gain = size.get("gain")
             cells.append(f"{gain['median']:+.3f} [{gain['low']:+.3f}, {gain['high']:+.3f}]" if gain else "-")
             cells.append(f"{scores['majority'][metric]:.3f}")
-            lines.append(f"| {label} | {metric} | {size['train_examples']} | {' | '.join(cells)} |")
+            where = f"{split} ({scores['examples']})"
+            lines.append(f"| {name} | {where} | {metric} | {size['train_examples']} | {' | '.join(cells)} |")
     lines += ["", "| held-out shards | kind | MLM accuracy | sentence-pair accuracy |", "|---|---|---|---|"]
     for name, scores in report["intrinsic"].items():
         pair = scores[f"{scores['kind']}_accuracy"]
@@ -100,9 +102,9 @@ def markdown_table(report: dict[str, Any]) -> str:
 def curve_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The learning curve: per task and training-set size, each start's median primary score and the majority."""
     rows = []
-    for label, metric, scores in _splits(report):
+    for name, split, metric, scores in _splits(report):
         for size in scores["sizes"].values():
-            row = {"task": label, "train_examples": size["train_examples"]}
+            row = {"task": name if split == "dev" else f"{name} {split}", "train_examples": size["train_examples"]}
             row.update({s: size[s][metric] if s in size else "" for s in STARTS})
             rows.append({**row, "majority": _round(scores["majority"][metric])})
     return rows
@@ -116,7 +118,7 @@ def _plot(report: dict[str, Any], path: str) -> None:
 
     panels = list(_splits(report))
     figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(5 * max(len(panels), 1), 4), squeeze=False)
-    for axis, (label, metric, scores) in zip(axes[0], panels, strict=False):
+    for axis, (name, split, metric, scores) in zip(axes[0], panels, strict=False):
         sizes = list(scores["sizes"].values())
         x = [s["train_examples"] for s in sizes]
         for start, colour in zip(STARTS, ("tab:blue", "tab:orange"), strict=True):
@@ -126,7 +128,7 @@ def _plot(report: dict[str, Any], path: str) -> None:
             for n, size in zip(x, sizes, strict=True):
                 axis.scatter([n] * len(size["seeds"][start]), size["seeds"][start], color=colour, s=12, alpha=0.5)
         axis.axhline(scores["majority"][metric], color="grey", linestyle="--", label="majority")
-        axis.set(xscale="log", title=label, xlabel="train examples", ylabel=f"dev {metric}")
+        axis.set(xscale="log", title=f"{name} ({split})", xlabel="train examples", ylabel=f"dev {metric}")
         axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -137,7 +137,7 @@ def test_same_checkpoint_gives_the_same_bytes_and_a_learning_curve(
     assert {r["majority"] for r in rows} == {"0.6667"}  # 4 of the 12 train texts name a dog; dev: 2 of 6
     assert (tmp_path / "a/learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "a/report.md").read_text()
-    assert "| toy | accuracy | 4 | " in report and "| toy | accuracy | 12 | " in report
+    assert "| toy | dev (6) | accuracy | 4 | " in report and "| toy | dev (6) | accuracy | 12 | " in report
     assert f"{sizes['12']['gain']['median']:+.3f} [" in report
 
 
@@ -148,5 +148,5 @@ def test_without_random_baseline_only_the_pretrained_scores(
     (size,) = report["tasks"]["toy"]["splits"]["dev"]["sizes"].values()
     assert set(size) == {"train_examples", "steps", "seeds", "pretrained"}
     assert list(size["seeds"]) == ["pretrained"]
-    assert "| toy | accuracy | 12 | " in (tmp_path / "report.md").read_text()
+    assert "| toy | dev (6) | accuracy | 12 | " in (tmp_path / "report.md").read_text()
     assert " | - | - | " in (tmp_path / "report.md").read_text()  # no random init, no gain
