@@ -4,7 +4,8 @@
 scores and the median gain with its bootstrap interval (``bootstrap.py``). ``write_report`` writes
 ``metrics.json`` (what ``dvc metrics show`` lists and ``report.py`` reads), ``report.md``,
 ``learning_curve.csv`` (``dvc plots show``) and ``learning_curve.png``. Numbers are rounded to 4 decimals so
-the files are stable. No torch.
+the files are stable. ``write_predictions`` and ``read_predictions`` are both sides of the per-example
+predictions files (``predictions/<task>/<split>.jsonl``), which the ablation report pairs runs on. No torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import csv
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,10 +24,19 @@ from albert_lightning.bootstrap import median_gain_interval
 from albert_lightning.metrics import compute_metrics
 from albert_lightning.tasks import TaskSpec
 
-__all__ = ["curve_rows", "markdown_table", "summarise", "write_report"]
+__all__ = [
+    "DevPredictions",
+    "curve_rows",
+    "markdown_table",
+    "read_predictions",
+    "summarise",
+    "write_predictions",
+    "write_report",
+]
 
 STARTS = ("pretrained", "random_init")
 DIGITS = 4
+PREDICTION_DIGITS = 6  # regression predictions: far below any score's 4th decimal, and short lines
 
 
 def _round(value: float) -> float:
@@ -70,6 +82,73 @@ def summarise(
     return summary
 
 
+@dataclass(frozen=True)
+class DevPredictions:
+    """One predictions file: the gold labels, and start → train size → one list of predictions per seed."""
+
+    labels: list  # [N] label strings, or scores for regression
+    starts: dict[str, dict[str, list[list]]]  # "pretrained" → "512" → [S][N]
+
+
+def _value(spec: TaskSpec, value: Any) -> str | float:
+    """A label id as its label string, a regression score as a rounded float: what a reader can check by eye."""
+    if spec.kind == "regression":
+        return round(float(value), PREDICTION_DIGITS)
+    return spec.labels[int(value)]
+
+
+def write_predictions(
+    path: str | Path, spec: TaskSpec, references: Sequence, predictions: dict[str, dict[str, list[list]]]
+) -> None:
+    """Writes one line per dev example, in dev order, with every fine-tuned run's prediction for it.
+
+    A line is ``{"index": i, "id": null, "label": gold, "pretrained": {"<train size>": [one per seed]},
+    "random_init": {...}}`` (``random_init`` only when it ran). ``id`` is null because the task readers keep
+    no example ids (tasks.py); ``index`` is the example's position among the split's data rows.
+
+    Args:
+        path: The ``.jsonl`` file; its folder is created.
+        spec: The task: label ids are written as its label strings.
+        references: The dev label ids (or scores) [N].
+        predictions: Train size → start → one list of N predictions per seed, seeds in the same order.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    starts = [s for s in STARTS if any(s in by_start for by_start in predictions.values())]
+    with open(path, "w", encoding="utf-8") as f:
+        for i, gold in enumerate(references):
+            line: dict[str, Any] = {"index": i, "id": None, "label": _value(spec, gold)}
+            for start in starts:
+                line[start] = {
+                    size: [_value(spec, row[i]) for row in by_start[start]] for size, by_start in predictions.items()
+                }
+            f.write(json.dumps(line) + "\n")
+
+
+def read_predictions(path: str | Path) -> DevPredictions:
+    """Reads a file ``write_predictions`` wrote back into per-seed rows.
+
+    Raises:
+        ValueError: The lines are not in index order, or a line's runs differ from the first line's.
+    """
+    labels: list = []
+    starts: dict[str, dict[str, list[list]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for i, text in enumerate(f):
+            line = json.loads(text)
+            if line["index"] != i:
+                raise ValueError(f"{path}, line {i + 1}: index {line['index']}; expected {i} (dev order)")
+            labels.append(line["label"])
+            for start in STARTS:
+                for size, seeds in line.get(start, {}).items():
+                    rows = starts.setdefault(start, {}).setdefault(size, [[] for _ in seeds])
+                    if len(rows) != len(seeds):
+                        raise ValueError(f"{path}, line {i + 1}: {len(seeds)} seeds for {start} {size}")
+                    for row, value in zip(rows, seeds, strict=True):
+                        row.append(value)
+    return DevPredictions(labels, starts)
+
+
 def _splits(report: dict[str, Any]):
     """Yields (task, split, primary metric, split summary) per task and dev split."""
     for name, task in report["tasks"].items():
@@ -92,10 +171,17 @@ def markdown_table(report: dict[str, Any]) -> str:
             cells.append(f"{scores['majority'][metric]:.3f}")
             where = f"{split} ({scores['examples']})"
             lines.append(f"| {name} | {where} | {metric} | {size['train_examples']} | {' | '.join(cells)} |")
-    lines += ["", "| held-out shards | kind | MLM accuracy | sentence-pair accuracy |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "| held-out shards | kind | MLM accuracy | most frequent token | sentence-pair accuracy |",
+        "|---|---|---|---|---|",
+    ]
     for name, scores in report["intrinsic"].items():
         pair = scores[f"{scores['kind']}_accuracy"]
-        lines.append(f"| {name} | {scores['kind']} | {scores['mlm_accuracy']:.3f} | {pair:.3f} |")
+        # The accuracy a model that learnt only word frequencies gets: MLM accuracy means little below it.
+        frequent = scores.get("mlm_most_frequent_accuracy")
+        frequent_cell = "-" if frequent is None else f"{frequent:.3f}"
+        lines.append(f"| {name} | {scores['kind']} | {scores['mlm_accuracy']:.3f} | {frequent_cell} | {pair:.3f} |")
     return "\n".join(lines) + "\n"
 
 

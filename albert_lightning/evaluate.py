@@ -7,7 +7,8 @@ bootstrap interval over seeds and dev examples, and (c) the majority class (or t
 scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
 columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
 ``data/tasks/*``, or your own) or GLUE task names read from ``glue_dir``. Knobs: the ``evaluate`` section of
-``params.yaml``, each also a ``--flag``. Outputs: see ``eval_report.py``.
+``params.yaml``, each also a ``--flag``. Outputs: see ``eval_report.py``; every dev prediction of every run
+lands in ``predictions/<task>/<split>.jsonl``, so a score can be checked by hand and runs compared pairwise.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import lightning as L
 import torch
 import yaml
 
-from albert_lightning.eval_report import summarise, write_report
+from albert_lightning.eval_report import summarise, write_predictions, write_report
 from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_encoder, make_loader, random_encoder
 from albert_lightning.metrics import majority_baseline
 from albert_lightning.model import AlbertForPreTraining
@@ -137,8 +139,14 @@ def _starts(pretrained: AlbertForPreTraining, seed: int, config: EvaluateConfig)
         yield "random_init", random_encoder(pretrained.config, random_init_seed(seed))
 
 
-def evaluate_size(task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig) -> dict:
-    """Fine-tunes every (seed, start) on ``size`` training examples; returns each dev split's summary."""
+def evaluate_size(
+    task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig
+) -> tuple[dict[str, Any], dict[str, dict[str, list]]]:
+    """Fine-tunes every (seed, start) on ``size`` training examples.
+
+    Returns:
+        Each dev split's summary, and each dev split's predictions: start → one list per seed, in seed order.
+    """
     spec, seeds = task.spec, finetuning_seeds(config.seed, config.seeds)
     steps = finetuning_steps(size, config.epochs, config.batch_size, config.min_steps, config.max_steps)
     predictions: dict[str, dict[str, list]] = {split: {} for split in task.devs}
@@ -149,12 +157,13 @@ def evaluate_size(task: TaskData, size: int, pretrained: AlbertForPreTraining, c
             trainer, module = finetune(network, spec, train, steps, seed, config)
             for split, dev in task.devs.items():
                 predictions[split].setdefault(start, []).append(predict(trainer, module, spec, dev, config))
-    return {
+    summaries = {
         split: summarise(
             spec, [d[-1] for d in task.devs[split]], starts, size, steps, config.bootstrap_resamples, config.seed
         )
         for split, starts in predictions.items()
     }
+    return summaries, predictions
 
 
 def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTraining, encoder: Encoder) -> dict:
@@ -169,32 +178,63 @@ def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTra
         }
         for split, dev in task.devs.items()
     }
+    predictions: dict[str, dict[str, dict[str, list]]] = {split: {} for split in task.devs}
     for size in train_sizes(config.train_sizes, len(task.train)):
-        for split, summary in evaluate_size(task, size, pretrained, config).items():
+        summaries, by_split = evaluate_size(task, size, pretrained, config)
+        for split, summary in summaries.items():
             splits[split]["sizes"][str(size)] = summary
-    return {"task": task.spec.name, "primary": task.spec.primary, "train_examples": len(task.train), "splits": splits}
+            predictions[split][str(size)] = by_split[split]
+    for split, by_size in predictions.items():
+        folder = Path(config.output) / "predictions" / task.spec.name
+        write_predictions(folder / f"{split}.jsonl", task.spec, [d[-1] for d in task.devs[split]], by_size)
+    # kind and labels: what the ablation report needs to re-score the predictions files without the task folder
+    return {
+        "task": task.spec.name,
+        "primary": task.spec.primary,
+        "kind": task.spec.kind,
+        "labels": list(task.spec.labels),
+        "train_examples": len(task.train),
+        "splits": splits,
+    }
 
 
 @torch.no_grad()
 def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, batch_size: int) -> dict[str, Any]:
-    """MLM accuracy and sentence-pair accuracy of ``model`` on the validation split of ``shards``."""
+    """MLM accuracy and sentence-pair accuracy of ``model`` on the validation split of ``shards``.
+
+    Returns:
+        The accuracies with the counts behind them (``mlm_correct`` of ``mlm_predictions`` masked tokens,
+        ``pair_correct`` of ``pairs``: what a proportion's interval needs), and ``mlm_most_frequent_accuracy``,
+        the accuracy of always answering the most frequent masked token of the scored rows (``mlm_most_frequent_id``):
+        no constant guess does better, so it is what a model that learnt only word frequencies scores.
+    """
     dataset = ShardDataset(shards, "validation")
     model.eval()
     correct = masked = pair_correct = pairs = 0
+    targets: Counter[int] = Counter()
     for start in range(0, min(len(dataset), batches * batch_size), batch_size):
         batch = collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"])
         real = batch["masked_lm_ids"] != -100
         correct += int((out.prediction_logits.argmax(-1) == batch["masked_lm_ids"])[real].sum())
         masked += int(real.sum())
+        targets.update(batch["masked_lm_ids"][real].tolist())
         pair_correct += int((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
         pairs += len(batch["index"])
     kind = dataset.manifest.params["inter_sentence"]
+    # most_common breaks ties by first occurrence: the same id on every run over the same rows
+    frequent_id, frequent_count = targets.most_common(1)[0] if targets else (None, 0)
     return {
         "shards": shards,
         "kind": kind,
         "mlm_accuracy": correct / max(masked, 1),
         f"{kind}_accuracy": pair_correct / max(pairs, 1),
+        "mlm_correct": correct,
+        "mlm_predictions": masked,
+        "pair_correct": pair_correct,
+        "pairs": pairs,
+        "mlm_most_frequent_accuracy": frequent_count / max(masked, 1),
+        "mlm_most_frequent_id": frequent_id,
     }
 
 

@@ -9,16 +9,20 @@ import math
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import sentencepiece as spm
 
 from albert_lightning import evaluate
+from albert_lightning.eval_report import read_predictions
 from albert_lightning.finetuning import Encoder
 from albert_lightning.hf import export_hf
+from albert_lightning.metrics import compute_metrics
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from albert_lightning.tasks import GLUE_TASKS
+from albert_lightning.shard_loader import ShardDataset
+from albert_lightning.tasks import GLUE_TASKS, TaskSpec, generic_task
 from pipelines.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_tasks import write_glue
@@ -59,6 +63,22 @@ def toy_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def assert_predictions_reproduce_metrics(report: dict, output: Path, spec: TaskSpec) -> None:
+    """Re-scores every run in the predictions files: each seed's primary score is the one metrics.json holds."""
+    for split, scores in report["tasks"][spec.name]["splits"].items():
+        lines = (output / "predictions" / spec.name / f"{split}.jsonl").read_text().splitlines()
+        assert len(lines) == scores["examples"]
+        assert [json.loads(line)["index"] for line in lines] == list(range(scores["examples"]))
+        assert all(json.loads(line)["id"] is None for line in lines)
+        dev = read_predictions(output / "predictions" / spec.name / f"{split}.jsonl")
+        assert set(dev.starts) == set(next(iter(scores["sizes"].values()))["seeds"])
+        for start, sizes in dev.starts.items():
+            assert list(sizes) == list(scores["sizes"])
+            for size, seeds in sizes.items():
+                rescored = [round(compute_metrics(spec, row, dev.labels)[spec.primary], 4) for row in seeds]
+                assert rescored == pytest.approx(scores["sizes"][size]["seeds"][start], abs=1e-4)
+
+
 @pytest.mark.parametrize("task", sorted(GLUE_TASKS))
 def test_every_glue_task_fine_tunes_from_its_distribution_layout(
     task: str, pipeline_run: PipelineRun, random_export: Path, tmp_path: Path
@@ -80,6 +100,8 @@ def test_every_glue_task_fine_tunes_from_its_distribution_layout(
         )
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text()) == report
     assert f"| {task} |" in (tmp_path / "eval" / "report.md").read_text()
+    assert report["tasks"][task]["labels"] == list(spec.labels) and report["tasks"][task]["kind"] == spec.kind
+    assert_predictions_reproduce_metrics(report, tmp_path / "eval", spec)  # label strings, scores, MNLI's two splits
 
 
 def test_intrinsic_scores_follow_the_shards_kind(
@@ -88,6 +110,17 @@ def test_intrinsic_scores_follow_the_shards_kind(
     report = _evaluate(pipeline_run, random_export, tmp_path, "--tasks")
     scores = report["intrinsic"][pipeline_run.shards.name]
     assert scores["kind"] == "sop" and 0.0 <= scores["mlm_accuracy"] <= 1.0 and 0.0 <= scores["sop_accuracy"] <= 1.0
+    # The counts behind the accuracies: --intrinsic_batches 1 of --batch_size 4 scores the first 4 rows.
+    rows = [ShardDataset(str(pipeline_run.shards), "validation")[i] for i in range(4)]
+    targets = Counter(int(t) for row in rows for t in row["masked_lm_ids"])
+    assert scores["pairs"] == 4 and scores["mlm_predictions"] == sum(targets.values())
+    assert scores["mlm_accuracy"] == scores["mlm_correct"] / scores["mlm_predictions"]
+    assert scores["sop_accuracy"] == scores["pair_correct"] / scores["pairs"]
+    frequent_count = targets.most_common(1)[0][1]
+    assert scores["mlm_most_frequent_accuracy"] == frequent_count / sum(targets.values())
+    assert targets[scores["mlm_most_frequent_id"]] == frequent_count
+    frequent_cell = f"| {scores['mlm_accuracy']:.3f} | {scores['mlm_most_frequent_accuracy']:.3f} | "
+    assert frequent_cell in (tmp_path / "report.md").read_text()
 
 
 def test_glue_name_without_glue_dir_is_refused(pipeline_run: PipelineRun, random_export: Path, tmp_path: Path) -> None:
@@ -139,6 +172,9 @@ def test_same_checkpoint_gives_the_same_bytes_and_a_learning_curve(
     report = (tmp_path / "a/report.md").read_text()
     assert "| toy | dev (6) | accuracy | 4 | " in report and "| toy | dev (6) | accuracy | 12 | " in report
     assert f"{sizes['12']['gain']['median']:+.3f} [" in report
+    assert_predictions_reproduce_metrics(first, tmp_path / "a", generic_task(toy_task))
+    line = json.loads((tmp_path / "a/predictions/toy/dev.jsonl").read_text().splitlines()[1])
+    assert line["label"] == "1" and set(line["pretrained"]) == {"4", "12"} and len(line["random_init"]["4"]) == 2
 
 
 def test_without_random_baseline_only_the_pretrained_scores(
@@ -150,3 +186,5 @@ def test_without_random_baseline_only_the_pretrained_scores(
     assert list(size["seeds"]) == ["pretrained"]
     assert "| toy | dev (6) | accuracy | 12 | " in (tmp_path / "report.md").read_text()
     assert " | - | - | " in (tmp_path / "report.md").read_text()  # no random init, no gain
+    line = json.loads((tmp_path / "predictions/toy/dev.jsonl").read_text().splitlines()[0])
+    assert set(line) == {"index", "id", "label", "pretrained"}  # no random_init when it did not run
