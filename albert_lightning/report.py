@@ -5,6 +5,8 @@ Collects every run folder under ``--runs`` (a pretraining run: ``checkpoints/las
 Tables 3–4 (cross-layer sharing and embedding size), Table 5 (inter-sentence objective), and the other factors
 (dropout, static or dynamic masking, n-gram length), as ``report.md`` and ``report.csv``, plus ``curves.png``
 with every run's validation curves. Parameter counts come from each run's own model config, not from a list.
+``report.md`` opens with the paper's findings checked on these runs, each with a 95% interval and a verdict
+(``ablation_findings.py``), also written to ``findings.json``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from albert_lightning import ablation_findings
+from albert_lightning.ablation_findings import Evidence, TaskPredictions
+from albert_lightning.eval_report import read_predictions
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
+from albert_lightning.tasks import TaskSpec
 
 __all__ = ["Run", "collect", "main", "tables"]
 
@@ -42,6 +49,7 @@ class Run:
     intrinsic: dict[str, float]  # mlm, nsp, sop accuracy on held-out shards
     tasks: dict[str, float] = field(default_factory=dict)  # primary dev score of the pretrained model per task
     curve: list[dict[str, float]] = field(default_factory=list)
+    evidence: Evidence = field(default_factory=Evidence)  # counts and dev predictions, for the findings
 
     @property
     def average(self) -> float | None:
@@ -69,6 +77,29 @@ def _parameters(config: dict[str, Any]) -> tuple[int, int]:
     return num_parameters(model.albert), num_parameters(model)
 
 
+def _evidence(folder: Path, evaluation: dict[str, Any]) -> Evidence:
+    """The counts behind the intrinsic accuracies and the pretrained dev predictions at each task's largest size.
+
+    Evaluations from before the counts and predictions files existed give none: their findings are skipped.
+    """
+    evidence = Evidence()
+    for scores in evaluation["intrinsic"].values():  # the MLM counts come from the shards the "mlm" column does
+        if "pair_correct" in scores:
+            evidence.counts.setdefault("mlm", (scores["mlm_correct"], scores["mlm_predictions"]))
+            evidence.counts[scores["kind"]] = (scores["pair_correct"], scores["pairs"])
+    for name, task in evaluation["tasks"].items():
+        split = next(iter(task["splits"]))  # the table's split: MNLI's matched
+        path = folder / "eval" / "predictions" / name / f"{split}.jsonl"
+        if "kind" not in task or not path.exists():
+            continue
+        dev = read_predictions(path)
+        sizes = dev.starts["pretrained"]
+        seeds = sizes[max(sizes, key=int)]
+        spec = TaskSpec(name, task["kind"], tuple(task["labels"]), (task["primary"],), task["primary"], {})
+        evidence.downstream[name] = TaskPredictions(spec, np.asarray(dev.labels), np.asarray(seeds))
+    return evidence
+
+
 def _read_run(folder: Path) -> Run:
     checkpoint = torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     evaluation = json.loads((folder / "eval" / "metrics.json").read_text())
@@ -86,7 +117,8 @@ def _read_run(folder: Path) -> Run:
     with open(curve_file, newline="", encoding="utf-8") as f:
         curve = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
     encoder, pretraining = _parameters(checkpoint["hyper_parameters"]["config"])
-    return Run(folder.name, _factors(checkpoint), encoder, pretraining, intrinsic, tasks, curve)
+    evidence = _evidence(folder, evaluation)
+    return Run(folder.name, _factors(checkpoint), encoder, pretraining, intrinsic, tasks, curve, evidence)
 
 
 def collect(runs: Path) -> list[Run]:
@@ -155,17 +187,27 @@ def _plot(runs: list[Run], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Writes report.md, report.csv and curves.png; returns the tables."""
+    """Writes report.md (findings first, then the tables), findings.json, report.csv and curves.png.
+
+    Returns:
+        The tables, and the checked findings under "Findings".
+    """
     parser = argparse.ArgumentParser(prog="python -m albert_lightning.report", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", default="data/ablations/runs", help="folder holding one folder per run")
     parser.add_argument("--output", default="data/ablations", help="where to write the report")
     parser.add_argument("--baseline", default="baseline", help="the run the others differ from")
+    parser.add_argument("--bootstrap_resamples", type=int, default=2000, help="resamples per downstream interval")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap: the same intervals every run")
     args = parser.parse_args(argv)
     runs = collect(Path(args.runs))
     grouped = tables(runs, args.baseline)
+    evidence = {run.name: run.evidence for run in runs}
+    findings = ablation_findings.check(evidence, resamples=args.bootstrap_resamples, seed=args.seed)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    text = "\n\n".join(f"### {title}\n\n{_markdown(rows)}" for title, rows in grouped.items()) + "\n"
+    (output / "findings.json").write_text(json.dumps(findings, indent=2) + "\n", encoding="utf-8")
+    text = ablation_findings.markdown(findings) + "\n"
+    text += "\n\n".join(f"### {title}\n\n{_markdown(rows)}" for title, rows in grouped.items()) + "\n"
     (output / "report.md").write_text(text, encoding="utf-8")
     with open(output / "report.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, list(grouped["All runs"][0]))
@@ -173,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         writer.writerows(grouped["All runs"])
     _plot(runs, output / "curves.png")
     print(text)
-    return grouped
+    return {**grouped, "Findings": findings}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The ablation report: grouping in the paper's shape, parameters from each run's own config, its files."""
+"""The ablation report: grouping in the paper's shape, parameters from each run's own config, its files, and
+the paper's findings checked with intervals on hand-written run folders."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from albert_lightning import report
@@ -21,9 +23,58 @@ VARIANTS = {  # name → (config overrides, objective, masking)
     "objective-nsp": ({}, "nsp", "static"),
     "masking-dynamic": ({}, "sop", "dynamic"),
 }
+# name → (SOP accuracy on the SOP shards, NSP accuracy on the NSP shards, MLM accuracy; in 1/1000ths), chosen
+# independently of each other so that a swapped column or shard fails.
+INTRINSIC = {
+    "baseline": (900, 610, 330),
+    "sharing-none": (880, 640, 350),
+    "sharing-attention": (870, 600, 340),
+    "embedding-64": (860, 590, 310),
+    "objective-nsp": (520, 830, 320),
+    "masking-dynamic": (890, 620, 325),
+}
+DEV = 200  # dev examples of the one task; the first DEV // 2 are labelled "a"
+# name → which dev examples each of 3 seeds gets right: the same examples for related runs, as paired runs are
+CORRECT = {
+    "baseline": [range(150)] * 3,  # 0.75
+    "sharing-none": [range(120)] * 3,  # 0.60: the paper's not-shared > all-shared, reversed here
+    "sharing-attention": [range(150)] * 3,
+    "embedding-64": [range(110)] * 3,  # 0.55: E=128 ahead by 0.20
+    "objective-nsp": [range(150)] * 3,  # the same as baseline: a difference of exactly zero
+    "masking-dynamic": [range(2, 152)] * 3,  # two examples lost, two others won: zero, and the interval spans it
+}
 
 
-def _write_run(folder: Path, overrides: dict, objective: str, masking: str, score: float) -> AlbertConfig:
+def _eval(sop: int, nsp: int, mlm: int) -> dict:
+    """eval/metrics.json's intrinsic section as evaluate writes it: accuracies with their counts."""
+    intrinsic = {}
+    for kind, pair in (("sop", sop), ("nsp", nsp)):
+        intrinsic[kind] = {
+            "kind": kind,
+            "mlm_accuracy": mlm / 1000,
+            f"{kind}_accuracy": pair / 1000,
+            "mlm_correct": mlm,
+            "mlm_predictions": 1000,
+            "pair_correct": pair,
+            "pairs": 1000,
+            "mlm_most_frequent_accuracy": 0.05,
+        }
+    return intrinsic
+
+
+def _predictions(folder: Path, correct: list[range]) -> float:
+    """Writes predictions/package/dev.jsonl; returns the median accuracy over seeds (what metrics.json holds)."""
+    gold = ["a" if i < DEV // 2 else "b" for i in range(DEV)]
+    wrong = {"a": "b", "b": "a"}
+    rows = [[g if i in right else wrong[g] for i, g in enumerate(gold)] for right in correct]
+    (folder / "predictions/package").mkdir(parents=True)
+    with open(folder / "predictions/package/dev.jsonl", "w") as f:
+        for i, g in enumerate(gold):
+            f.write(json.dumps({"index": i, "id": None, "label": g, "pretrained": {"64": [r[i] for r in rows]}}) + "\n")
+    return sorted(len(right) / DEV for right in correct)[1]
+
+
+def _write_run(folder: Path, overrides: dict, objective: str, masking: str) -> AlbertConfig:
     """A run folder as the grid leaves it (checkpoint hyper-parameters, evaluation, curve), without weights."""
     config = AlbertConfig.preset("base", **overrides)
     (folder / "checkpoints").mkdir(parents=True)
@@ -32,12 +83,11 @@ def _write_run(folder: Path, overrides: dict, objective: str, masking: str, scor
     hparams = {"config": dataclasses.asdict(config), "inter_sentence": objective}
     data = {"masking": masking, "data_dir": str(folder / "no-such-shards")}
     torch.save({"hyper_parameters": hparams, "datamodule_hyper_parameters": data}, folder / "checkpoints/last.ckpt")
-    intrinsic = {
-        "sop": {"kind": "sop", "mlm_accuracy": 0.3, "sop_accuracy": score},
-        "nsp": {"kind": "nsp", "mlm_accuracy": 0.3, "nsp_accuracy": 1 - score},
-    }
-    tasks = {"package": {"primary": "accuracy", "splits": {"dev": {"pretrained": {"accuracy": score}}}}}
-    (folder / "eval/metrics.json").write_text(json.dumps({"intrinsic": intrinsic, "tasks": tasks}))
+    score = _predictions(folder / "eval", CORRECT[folder.name])
+    split = {"examples": DEV, "sizes": {"64": {"pretrained": {"accuracy": score}}}}
+    task = {"primary": "accuracy", "kind": "classification", "labels": ["a", "b"], "splits": {"dev": split}}
+    evaluation = {"intrinsic": _eval(*INTRINSIC[folder.name]), "tasks": {"package": task}}
+    (folder / "eval/metrics.json").write_text(json.dumps(evaluation))
     (folder / "curves/validation.csv").write_text(
         "step,mlm_loss,mlm_accuracy,sop_loss,sop_accuracy\n0,8.5,0.0,0.69,0.5\n50,6.0,0.1,0.6,0.7\n"
     )
@@ -46,8 +96,8 @@ def _write_run(folder: Path, overrides: dict, objective: str, masking: str, scor
 
 def test_report_groups_runs_as_the_paper_and_counts_parameters_from_each_config(tmp_path: Path) -> None:
     configs = {
-        name: _write_run(tmp_path / "runs" / name, overrides, objective, masking, 0.5 + i / 100)
-        for i, (name, (overrides, objective, masking)) in enumerate(VARIANTS.items())
+        name: _write_run(tmp_path / "runs" / name, overrides, objective, masking)
+        for name, (overrides, objective, masking) in VARIANTS.items()
     }
     grouped = report.main(["--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "out")])
 
@@ -60,7 +110,12 @@ def test_report_groups_runs_as_the_paper_and_counts_parameters_from_each_config(
     assert [r["variant"] for r in grouped[sharing]] == ["baseline", "embedding-64", "sharing-attention", "sharing-none"]
     objective = grouped["Inter-sentence objective (paper Table 5)"]
     assert [r["variant"] for r in objective] == ["baseline", "objective-nsp"]
-    assert objective[1]["nsp_accuracy"] == 1 - objective[1]["sop_accuracy"]
+    assert (objective[1]["sop_accuracy"], objective[1]["nsp_accuracy"], objective[1]["mlm_accuracy"]) == (
+        0.52,
+        0.83,
+        0.32,
+    )
+    assert rows["baseline"]["package"] == 0.75 and rows["embedding-64"]["average"] == 0.55
     assert [r["variant"] for r in grouped["Other factors"]] == ["baseline", "masking-dynamic"]
 
     with open(tmp_path / "out/report.csv", newline="") as f:
@@ -68,3 +123,48 @@ def test_report_groups_runs_as_the_paper_and_counts_parameters_from_each_config(
     text = (tmp_path / "out/report.md").read_text()
     assert "| sharing-none |" in text and "89,650,176" in text
     assert (tmp_path / "out/curves.png").stat().st_size > 0
+
+
+def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
+    for name, (overrides, objective, masking) in VARIANTS.items():
+        _write_run(tmp_path / "runs" / name, overrides, objective, masking)
+    out = tmp_path / "out"
+    findings = report.main(["--runs", str(tmp_path / "runs"), "--output", str(out), "--bootstrap_resamples", "300"])
+    by_key = {f["key"]: f for f in findings["Findings"]}
+    assert json.loads((out / "findings.json").read_text()) == findings["Findings"]
+
+    sop = by_key["SOP>NSP on SOP"]  # 0.900 vs 0.520 on 1000 pairs each: ±1.96·sqrt(0.00009 + 0.0002496)
+    assert (sop["first_value"], sop["second_value"], sop["verdict"]) == (0.9, 0.52, "holds")
+    assert (sop["low"], sop["high"]) == pytest.approx((0.38 - 0.036119, 0.38 + 0.036119), abs=1e-6)
+    # 0.520 against chance on 1000 pairs: ±1.96·sqrt(0.2496/1000) = ±0.030965, which spans chance
+    chance = by_key["NSP near chance on SOP"]
+    assert chance["verdict"] == "holds" and chance["low"] == pytest.approx(0.02 - 0.030965, abs=1e-6)
+    downstream = by_key["SOP>=NSP downstream"]  # identical predictions: zero, and every resample zero
+    assert (downstream["difference"], downstream["low"], downstream["high"]) == (0.0, 0.0, 0.0)
+    assert downstream["verdict"] == "not resolved at this budget"
+    shared = by_key["not-shared>all-shared"]  # 0.60 vs 0.75 on the same examples: reversed
+    assert shared["difference"] == pytest.approx(-0.15) and shared["verdict"] == "does not hold"
+    embedding = by_key["E=128>E=64"]
+    assert embedding["difference"] == pytest.approx(0.20) and embedding["verdict"] == "holds"
+    dynamic = by_key["dynamic=static masking"]
+    assert dynamic["difference"] == 0.0 and dynamic["low"] < 0 < dynamic["high"] and dynamic["verdict"] == "holds"
+    skipped = [f["key"] for f in findings["Findings"] if f["verdict"] == "skipped"]
+    assert skipped == [
+        "SOP>none on NSP",
+        "SOP>=none downstream",
+        "attention<FFN sharing cost",
+        "E=128>E=256",
+        "no dropout (MLM)",
+        "no dropout (downstream)",
+        "n-gram vs unigram",
+    ]
+
+    text = (out / "report.md").read_text()
+    assert text.startswith(
+        "## Findings\n\nOf 6 findings checked, 4 hold, 1 does not hold and 1 is not resolved at this budget "
+        "(holds: SOP>NSP on SOP, NSP near chance on SOP, E=128>E=64, dynamic=static masking; does not hold: "
+        "not-shared>all-shared; not resolved at this budget: SOP>=NSP downstream); 7 skipped ("
+    )
+    assert "Ours (downstream): sharing-none 0.600 vs baseline 0.750; difference -0.150 [" in text
+    assert "(run objective-none not in the grid)" in text
+    assert text.index("## Findings") < text.index("### All runs")
