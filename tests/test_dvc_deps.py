@@ -1,5 +1,6 @@
 """DVC reruns a stage only when a listed dependency changes: every module of ``pipelines`` a stage's command
-imports, directly or not, must be listed, or a change there would leave stale outputs in DVC's cache."""
+imports, directly or not, must be listed, or a change there would leave stale outputs in DVC's cache. The
+ablation grid's ``albert_lightning`` stages are held to the same rule, over both packages."""
 
 from __future__ import annotations
 
@@ -42,4 +43,44 @@ def _pipeline_stages() -> list[tuple[str, str, list[str]]]:
 @pytest.mark.parametrize(("stage", "module", "deps"), _pipeline_stages(), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_pipelines_module_a_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
     needed = {f"pipelines/{m}.py" for m in _imported_modules(module)}
+    assert needed <= set(deps), f"{stage}: add {sorted(needed - set(deps))} to its deps"
+
+
+PACKAGES = ("pipelines", "albert_lightning")
+# Known gaps in stages this test's author could not edit; xfail (not strict) so fixing them needs no edit here.
+KNOWN_GAPS = {"ablations/dvc.yaml:pretrain"}
+
+
+def _imported_files(package: str, module: str, seen: set[str] | None = None) -> set[str]:
+    """Returns ``package/module.py`` and every module of ``PACKAGES`` it imports, transitively, as file paths."""
+    seen = set() if seen is None else seen
+    path = f"{package}/{module}.py"
+    if path in seen or not (REPO / path).exists():
+        return seen
+    seen.add(path)
+    for node in ast.walk(ast.parse((REPO / path).read_text())):
+        if not isinstance(node, ast.ImportFrom) or not node.module:
+            continue
+        if node.module in PACKAGES:  # from albert_lightning import report
+            for alias in node.names:
+                _imported_files(node.module, alias.name, seen)
+        elif node.module.split(".")[0] in PACKAGES:  # from albert_lightning.tasks import TaskSpec
+            _imported_files(*node.module.split(".")[:2], seen)
+    return seen
+
+
+def _ablation_stages() -> list:
+    stages = []
+    for name, stage in yaml.safe_load((REPO / "ablations/dvc.yaml").read_text())["stages"].items():
+        stage = stage.get("do", stage)
+        if "python -m albert_lightning." in stage["cmd"]:
+            module = stage["cmd"].split("python -m albert_lightning.")[1].split()[0]
+            marks = [pytest.mark.xfail(reason="deps incomplete")] if f"ablations/dvc.yaml:{name}" in KNOWN_GAPS else []
+            stages.append(pytest.param(f"ablations/dvc.yaml:{name}", module, stage.get("deps", []), marks=marks))
+    return stages
+
+
+@pytest.mark.parametrize(("stage", "module", "deps"), _ablation_stages(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_module_an_ablation_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
+    needed = _imported_files("albert_lightning", module)
     assert needed <= set(deps), f"{stage}: add {sorted(needed - set(deps))} to its deps"
