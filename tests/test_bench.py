@@ -1,0 +1,98 @@
+"""bench/: the FLOP count of bench/mfu.py, and bench/measure.py's interleaving, summaries, ratios and results files.
+
+The benches' timings are never tested (DESIGN.md §3); what is tested is that their arithmetic says what it claims.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import measure
+from mfu import flops_per_token
+
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+
+
+def test_flops_per_token_matches_a_hand_count():
+    # tiny: V=1000, E=32, H=64, L=2, I=128; T=64, P=10. Forward multiply-adds per position:
+    # E·H = 2048; L·(4H² + 2HI) = 2·(16384 + 16384) = 65536; L·2·T·H = 16384;
+    # P/T·(HE + EV) = 10/64·(2048 + 32000) = 5320; (H² + 2H)/T = 4224/64 = 66. Sum 89354, × 6 = 536124.
+    assert flops_per_token(AlbertConfig.preset("tiny"), 64, 10) == pytest.approx(536124)
+
+
+def test_flops_per_token_counts_shared_layers_at_every_use():
+    one, two = AlbertConfig.preset("tiny", inner_group_num=1), AlbertConfig.preset("tiny", inner_group_num=2)
+    layer = 6 * (4 * 64 * 64 + 2 * 64 * 128 + 2 * 64 * 64)  # one more application of each of the L=2 layers
+    assert flops_per_token(two, 64, 10) - flops_per_token(one, 64, 10) == pytest.approx(2 * layer)
+
+
+def test_flops_per_token_matches_torch_flop_counter():
+    torch.manual_seed(0)
+    config = AlbertConfig.preset("tiny")
+    model = AlbertForPreTraining(config)
+    ids, positions = torch.randint(5, 1000, (2, 64)), torch.randint(1, 64, (2, 10))
+    # The math backend runs attention as bmm, which the counter sees; fused kernels on CPU it does not.
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        out = model(ids, torch.zeros_like(ids), torch.ones_like(ids), positions)
+        (out.prediction_logits.sum() + out.sop_logits.sum()).backward()
+    assert counter.get_total_flops() == pytest.approx(2 * 64 * flops_per_token(config, 64, 10))
+
+
+def test_interleave_alternates_settings_round_by_round():
+    assert measure.interleave(["A", "B"], 3) == [(0, "A"), (0, "B"), (1, "A"), (1, "B"), (2, "A"), (2, "B")]
+    with pytest.raises(ValueError):
+        measure.interleave(["A"], 0)
+
+
+def test_run_rounds_calls_in_interleaved_order_and_groups_by_setting():
+    calls = []
+
+    def fake(label: str) -> dict:
+        calls.append(label)
+        return {"n": len(calls)}
+
+    results = measure.run_rounds(["A", "B", "C"], 2, fake)
+    assert calls == ["A", "B", "C", "A", "B", "C"]
+    assert results == {"A": [{"n": 1}, {"n": 4}], "B": [{"n": 2}, {"n": 5}], "C": [{"n": 3}, {"n": 6}]}
+
+
+def test_summary_gives_median_and_spread():
+    s = measure.summary([2.0, 1.0, 4.0, 3.0])
+    assert s == {"median": 2.5, "min": 1.0, "max": 4.0, "spread": pytest.approx(3.0 / 2.5), "n": 4}
+    assert measure.summary([5.0])["spread"] == 0.0
+    with pytest.raises(ValueError):
+        measure.summary([])
+
+
+def test_verdicts_are_withheld_on_a_loaded_machine():
+    ratios = {"speedup": measure.ratio(3.0, 2.0, "wall at 1 worker ÷ wall at 2")}
+    assert measure.verdicts(ratios, {"speedup": (">=", 1.7)}, load=0.0)[0].startswith("FAIL speedup = 1.5")
+    assert measure.verdicts(ratios, {"speedup": ("<=", 1.7)}, load=0.1)[0].startswith("PASS")
+    loaded = measure.verdicts(ratios, {"speedup": (">=", 1.7)}, load=0.8)
+    assert len(loaded) == 1 and loaded[0].startswith("NO VERDICT") and "0.80" in loaded[0]
+
+
+def test_write_results_records_the_machine_and_what_each_ratio_divides(tmp_path):
+    ratios = {"encode_cost": measure.ratio(3.0e6, 4.0e6, "stage tokens per CPU-s ÷ raw encode tokens per CPU-s")}
+    lines = measure.verdicts(ratios, {"encode_cost": (">=", 0.8)}, load=0.1)
+    json_path, md_path = measure.write_results(tmp_path / "results", "fake", {"x": [1, 2]}, ratios, 0.1, lines)
+    body = json.loads(json_path.read_text())
+    for field in ("date", "commit", "dirty", "command", "cores", "loadavg_1_5_15", "load_other_cores", "loaded"):
+        assert field in body, field
+    assert body["bench"] == "fake" and body["figures"] == {"x": [1, 2]} and body["loaded"] is False
+    r = body["ratios"]["encode_cost"]
+    assert r["value"] == pytest.approx(r["numerator"] / r["denominator"]) == pytest.approx(0.75)
+    assert "raw encode" in r["divides"] and body["verdicts"] == [
+        "FAIL encode_cost = 0.75 (target >= 0.8): " + r["divides"]
+    ]
+    md = md_path.read_text()
+    assert "encode_cost" in md and "3e+06 / 4e+06" in md and body["commit"][:12] in md
