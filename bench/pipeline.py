@@ -1,26 +1,39 @@
 """Benchmarks the instances stage against DESIGN.md §3's targets, on the embedded default corpus.
 
-Run: ``python bench/pipeline.py [--workdir DIR] [--dupe_factor N] [--repeat N] [--json PATH]`` from anywhere
-(with the project installed, ``pip install -e .``). It builds corpus → segment → vocab once with params.yaml's
-values (kept in ``--workdir`` between runs), then measures, each instances run in its own subprocess:
+Run: ``python bench/pipeline.py [--workdir DIR] [--dupe_factor N] [--rounds 3] [--results bench/results]`` from
+anywhere (with the project installed, ``pip install -e .``). It builds corpus → segment → vocab once with
+params.yaml's values (kept in ``--workdir`` between runs) and a copy of the sentences ten times larger (the same
+documents under ids ``{id}#k``), then runs each setting below in its own subprocess, ``--rounds`` times,
+interleaved (every setting once per round), and reports medians and spread ((max − min) / median):
 
-1. throughput: tokens written to the shards (manifest counter ``tokens``) / wall time of ``instances.run()``
-   / workers, with ``--direct_running_mode=multi_processing --direct_num_workers`` 1 and 2, and the speed-up;
-2. raw ``sp.encode(all sentences, num_threads=1)`` tokens/s on the segment stage's sentences, and the ratio of
-   (1) at one worker to it (the stage writes ``dupe_factor`` copies of each token, so the ratio can exceed 1);
-3. peak memory of the whole process tree (the stage's process plus Beam's SDK worker processes) on the corpus
-   and on a copy ten times larger (the same documents under ids ``{id}#k``), both with 2 workers;
-4. the throughput and speed-up targets again on the 10x copy (~14 MB, the size the issue expected of the
-   embedded corpus), and why they differ: the 1x and 10x runs at 1 worker split run() into a fixed cost
-   (runner set-up, SDK worker start-up and imports, teardown) and a per-token cost; and the CPU time of each
-   run's process tree bounds the speed-up 2 cores could give, whatever else runs.
+- ``{1x,10x}-w{1,2}``: the stage at params.yaml's dupe_factor D (40: each document is encoded once and its
+  tokens *written* D times, in D differently masked and paired copies) with
+  ``--direct_running_mode=multi_processing --direct_num_workers`` 1 and 2;
+- ``{1x,10x}-d1``: the stage at dupe_factor 1 and one worker, where tokens written ≈ tokens encoded;
+- ``encode``: raw ``sp.encode(all sentences, num_threads=1)`` of the segment stage's sentences (the tokens the
+  stage encodes at 1x), timed inside its process.
 
-Timings are only meaningful on an otherwise idle machine: each run reports the cores other processes used
-meanwhile (``busy_other``), and a WARNING line says when that was above a quarter of a core.
+Each run gives the wall time of ``instances.run()`` (timed inside the subprocess) and the CPU time of the whole
+process tree (``os.wait4``: the stage's process and Beam's SDK workers, start-up included). The ratios, each
+stored with what it divides (``bench/measure.py``):
 
-Memory: ``os.wait4`` gives the run's rusage (the same figure ``getrusage(RUSAGE_CHILDREN)`` gives, for this one
-run); Linux's ``ru_maxrss`` there is the largest single process of the tree, not their sum, so psutil also
-samples the tree every 0.2 s and the target uses the peak of the summed RSS.
+1. ``encode_cost_d1`` (target ≥ 0.8): the stage's encoded tokens per CPU-second at dupe_factor 1, with the fixed
+   cost removed (the difference between the 10x and 1x runs) ÷ raw encode's tokens per CPU-second; also from
+   wall time, and over the whole 10x run (fixed cost included);
+2. ``written_per_cpu_s_{x}``: tokens written (manifest counter ``tokens``) at dupe_factor D per CPU-second of
+   the tree at one worker; and ``written_vs_encoded_{x}``: tokens written per wall-second per worker ÷ raw
+   encode's tokens encoded per wall-second. The README's old "0.84 of raw encode" was this: D copies written
+   over one encoded, so it can exceed 1 and is not a per-token cost;
+3. ``speedup_{x}``: wall at 1 worker ÷ wall at 2 (target ≥ 1.7 on the 10x copy, where there is work to share),
+   and the bound the tree's CPU time puts on it (CPU-s at 1 worker ÷ half the CPU-s at 2);
+4. ``memory_ratio`` (target ≤ 1.2): peak summed RSS of the tree (psutil, every 0.2 s) at 10x ÷ at 1x, 2 workers,
+   the highest over the rounds; Linux's ``ru_maxrss`` is the largest single process, printed beside it.
+
+A fit over 1x and 10x at one worker splits ``run()`` into a fixed cost (runner set-up, SDK worker start-up and
+imports, teardown) and a per-token rate. Timings are meaningful only on an otherwise idle machine: each run
+records the cores other processes used meanwhile (``busy_other``); when any exceeded a quarter of a core, no
+PASS/FAIL verdict is printed, only the figures and the load. The figures go to ``pipeline.json`` and
+``pipeline.md`` in ``--results``, with cores, load, date, git commit and command line.
 """
 
 from __future__ import annotations
@@ -28,19 +41,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import psutil
 import pyarrow.compute as pc
 import sentencepiece as spm
 import yaml
@@ -48,37 +57,23 @@ import yaml
 from pipelines import files
 from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measure
+
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 COPIES = 10  # the larger corpus for the memory target
 PREREQ_PARAMS = ("seed", "beam_args", "corpus", "segment", "vocab")  # what corpus, sentences and vocab depend on
-MB = 1 << 20
-TARGETS = {"speedup": 1.7, "encode_ratio": 0.5, "memory_ratio": 1.2}
-BUSY_WARNING = 0.25  # cores used by other processes during a run above which its timing is not trusted
-
-
-@dataclass
-class InstancesRun:
-    """One instances run in a subprocess: its timing, output and memory."""
-
-    label: str
-    workers: int
-    wall_s: float  # instances.run() alone, timed inside the subprocess
-    process_s: float  # the whole subprocess: interpreter start, imports, run()
-    cpu_s: float  # user + system CPU seconds of the whole tree (wait4): what the work cost, contention aside
-    main_cpu_s: float  # of which the stage's own process (Beam's runner): it competes with the workers for cores
-    tokens: int
-    instances: int
-    sentence_files: int
-    sdk_workers_seen: int  # processes running sdk_worker_main among the subprocess's descendants
-    maxrss_mb: float  # wait4 ru_maxrss: the largest single process of the tree
-    main_maxrss_mb: float  # the stage's own process
-    tree_peak_mb: float  # psutil: peak of the summed RSS of the tree
-    other_cores: float  # mean cores busy with processes outside the tree: > 0 means the timing is disturbed
-
-    @property
-    def tokens_per_s_per_core(self) -> float:
-        return self.tokens / self.wall_s / self.workers
+TARGETS = {"encode_cost_d1": (">=", 0.8), "speedup_10x": (">=", 1.7), "memory_ratio": ("<=", 1.2)}
+# label: (corpus copy, workers, dupe_factor or None for params.yaml's); one round runs them in this order
+SETTINGS = {
+    "1x-w1": ("1x", 1, None),
+    "1x-w2": ("1x", 2, None),
+    "10x-w1": ("10x", 1, None),
+    "10x-w2": ("10x", 2, None),
+    "1x-d1": ("1x", 1, 1),
+    "10x-d1": ("10x", 1, 1),
+}
 
 
 def run_stage(stage: str, argv: list[str], log: Path) -> None:
@@ -89,28 +84,31 @@ def run_stage(stage: str, argv: list[str], log: Path) -> None:
         raise SystemExit(f"{stage} failed ({done.returncode}); see {log}")
 
 
-def inputs_fingerprint(params: dict) -> str:
-    """Returns a hash of what the prerequisite folders depend on: their params and the pipelines' code."""
-    digest = hashlib.sha256(json.dumps({k: params.get(k) for k in PREREQ_PARAMS}, sort_keys=True).encode())
+def inputs_fingerprint(params: dict, max_documents: int | None = None) -> str:
+    """Returns a hash of what the prerequisite folders depend on: their params, the slice and the pipelines' code."""
+    depends = {**{k: params.get(k) for k in PREREQ_PARAMS}, "max_documents": max_documents}
+    digest = hashlib.sha256(json.dumps(depends, sort_keys=True).encode())
     for source in sorted((REPO / "pipelines").glob("*.py")):
         digest.update(source.read_bytes())
     return digest.hexdigest()
 
 
-def prepare_corpus(work: Path, params: dict) -> None:
+def prepare_corpus(work: Path, params: dict, max_documents: int | None = None) -> None:
     """Builds corpus, sentences and vocab under ``work`` with params.yaml's values.
 
     A kept ``--workdir`` is reused while those params and the pipelines' code are unchanged, rebuilt otherwise.
+    ``max_documents`` takes that many embedded documents and a 2000-piece vocabulary: a smoke run's size.
     """
-    stamp, fingerprint = work / "inputs.sha256", inputs_fingerprint(params)
+    stamp, fingerprint = work / "inputs.sha256", inputs_fingerprint(params, max_documents)
+    few = [f"--embedded_max_documents={max_documents}"] if max_documents else []
     if not stamp.exists() or stamp.read_text() != fingerprint:
         for name in ("corpus", "sentences", "vocab", f"sentences-x{COPIES}"):
             shutil.rmtree(work / name, ignore_errors=True)
     beam_args = params["beam_args"].split()
     steps = [
-        ("corpus", work / "corpus", []),
+        ("corpus", work / "corpus", few),
         ("segment", work / "sentences", ["--input", str(work / "corpus")]),
-        ("vocab", work / "vocab", ["--input", str(work / "sentences")]),
+        ("vocab", work / "vocab", ["--input", str(work / "sentences"), *(["--vocab_size=2000"] if few else [])]),
     ]
     for stage, output, inputs in steps:
         if (output / "stats.json").exists():
@@ -143,67 +141,26 @@ def build_copies(sentences: Path, corpus_stats: Path, output: Path, copies: int 
     return num_files
 
 
-class TreeSampler(threading.Thread):
-    """Samples the RSS of a process and all its descendants every ``interval`` seconds until stopped."""
-
-    def __init__(self, pid: int, interval: float = 0.2) -> None:
-        super().__init__(daemon=True)
-        self.root, self.interval, self.stop = psutil.Process(pid), interval, threading.Event()
-        self.peak_bytes, self.sdk_workers = 0, 0
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            total, workers = 0, 0
-            try:
-                tree = [self.root, *self.root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                return
-            for process in tree:
-                try:
-                    total += process.memory_info().rss
-                    # exact argv element: Beam starts each worker through `sh -c`, whose one argument also names it
-                    workers += "apache_beam.runners.worker.sdk_worker_main" in process.cmdline()
-                except psutil.NoSuchProcess:  # ended between listing and reading (zombies included)
-                    continue
-            self.peak_bytes, self.sdk_workers = max(self.peak_bytes, total), max(self.sdk_workers, workers)
-            self.stop.wait(self.interval)
-
-
-def busy_cpu_s() -> float:
-    """Returns the CPU seconds the whole machine has spent busy since boot (all processes, all cores)."""
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
-
-
-def run_instances(label: str, sentences: Path, work: Path, workers: int, extra: list[str]) -> InstancesRun:
-    """Runs the instances stage in a subprocess (this file in ``--_child`` mode) and measures it."""
+def run_instances(label: str, sentences: Path, work: Path, workers: int, dupe_factor: int) -> dict:
+    """Runs the instances stage in a subprocess (this file in ``--_child`` mode) and measures its process tree."""
     output, result, log = work / f"shards-{label}", work / f"result-{label}.json", work / f"instances-{label}.log"
     shutil.rmtree(output, ignore_errors=True)
     beam = ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
     argv = ["--params", str(PARAMS), "--input", str(sentences), "--spiece", str(work / "vocab" / "spiece.model")]
-    command = [sys.executable, __file__, "--_child", str(result), *argv, "--output", str(output), *extra, *beam]
-    start, busy_before = time.perf_counter(), busy_cpu_s()
-    with open(log, "w") as out:
-        child = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=out)
-        sampler = TreeSampler(child.pid)
-        sampler.start()
-        _, status, usage = os.wait4(child.pid, 0)  # rusage of the child and every descendant it reaped
-        child.returncode = os.waitstatus_to_exitcode(status)
-    process_s = time.perf_counter() - start
-    other_cores = (busy_cpu_s() - busy_before - usage.ru_utime - usage.ru_stime) / process_s
-    sampler.stop.set()
-    sampler.join()
-    if child.returncode:
-        raise SystemExit(f"instances ({label}) failed ({child.returncode}); see {log}")
+    argv += ["--output", str(output), "--dupe_factor", str(dupe_factor), *beam]
+    tree = measure.run_tree([sys.executable, __file__, "--_child", str(result), *argv], log)
+    if tree.returncode:
+        raise SystemExit(f"instances ({label}) failed ({tree.returncode}); see {log}")
     measured = json.loads(result.read_text())
     shutil.rmtree(output, ignore_errors=True)
-    return InstancesRun(
-        label, workers, measured["wall_s"], process_s, usage.ru_utime + usage.ru_stime, measured["main_cpu_s"],
-        measured["counters"]["tokens"],
-        measured["counters"]["instances"], measured["sentence_files"], sampler.sdk_workers,
-        usage.ru_maxrss * 1024 / MB, measured["self_maxrss_kb"] * 1024 / MB, sampler.peak_bytes / MB,
-        max(0.0, other_cores),
-    )  # fmt: skip
+    return {
+        "workers": workers, "dupe_factor": dupe_factor, "wall_s": measured["wall_s"], "process_s": tree.wall_s,
+        "cpu_s": tree.cpu_s, "main_cpu_s": measured["main_cpu_s"], "tokens": measured["counters"]["tokens"],
+        "instances": measured["counters"]["instances"], "sentence_files": measured["sentence_files"],
+        "sdk_workers_seen": tree.sdk_workers, "maxrss_mb": tree.maxrss_mb,
+        "main_maxrss_mb": measured["self_maxrss_kb"] / 1024, "tree_peak_mb": tree.tree_peak_mb,
+        "other_cores": tree.other_cores,
+    }  # fmt: skip
 
 
 def child_main(result: str, argv: list[str]) -> None:
@@ -224,128 +181,136 @@ def child_main(result: str, argv: list[str]) -> None:
     Path(result).write_text(json.dumps(body))
 
 
-def raw_encode(sentences: Path, spiece: Path, repeat: int = 5) -> dict[str, float]:
-    """Returns single-thread ``sp.encode`` throughput over every sentence the instances stage reads (best of n)."""
+def encode_main(result: str, sentences: str, spiece: str) -> None:
+    """``--_encode`` mode: times single-thread ``sp.encode`` over every sentence the instances stage reads."""
     texts: list[str] = []
-    for path in sorted(sentences.glob("sentences-*-of-*.parquet")):
+    for path in sorted(Path(sentences).glob("sentences-*-of-*.parquet")):
         column = files.read_parquet(str(path), columns=["sentences"]).column("sentences")
         texts.extend(pc.list_flatten(column).to_pylist())
-    sp = spm.SentencePieceProcessor(model_file=str(spiece))
-    best, other_cores = float("inf"), 0.0
-    for _ in range(repeat):
-        start, busy, own = time.perf_counter(), busy_cpu_s(), time.process_time()
-        ids = sp.encode(texts, num_threads=1)
-        wall_s = time.perf_counter() - start
-        if wall_s < best:
-            best, other_cores = wall_s, (busy_cpu_s() - busy - time.process_time() + own) / wall_s
-    tokens = sum(map(len, ids))
-    figures = {"sentences": len(texts), "tokens": tokens, "wall_s": best, "tokens_per_s": tokens / best}
-    return {**figures, "other_cores": max(0.0, other_cores)}
+    sp = spm.SentencePieceProcessor(model_file=spiece)
+    start, cpu = time.perf_counter(), time.process_time()
+    ids = sp.encode(texts, num_threads=1)
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    body = {"sentences": len(texts), "tokens": sum(map(len, ids)), "wall_s": wall_s, "cpu_s": cpu_s}
+    Path(result).write_text(json.dumps(body))
 
 
-def best_of(runs: list[InstancesRun]) -> InstancesRun:
-    """Returns the fastest run, with the highest memory figures of all (a peak is a maximum)."""
-    best = min(runs, key=lambda r: r.wall_s)
-    peaks = {k: max(getattr(r, k) for r in runs) for k in ("maxrss_mb", "main_maxrss_mb", "tree_peak_mb")}
-    return InstancesRun(**{**asdict(best), **peaks})
+def run_encode(work: Path) -> dict:
+    """Runs ``encode_main`` in a subprocess, so it is measured (and loaded) as the stage's runs are."""
+    result, spiece = work / "result-encode.json", work / "vocab" / "spiece.model"
+    command = [sys.executable, __file__, "--_encode", str(result), str(work / "sentences"), str(spiece)]
+    tree = measure.run_tree(command, work / "encode.log")
+    if tree.returncode:
+        raise SystemExit(f"raw encode failed ({tree.returncode}); see {work / 'encode.log'}")
+    return {**json.loads(result.read_text()), "other_cores": tree.other_cores}
 
 
-def measure(args: argparse.Namespace, work: Path) -> dict:
-    """Runs every measurement and returns the figures."""
+def combine(runs: list[dict]) -> dict:
+    """One setting's rounds: medians and spread of the timings, the highest of the peaks and of the load."""
+    timed = ("wall_s", "process_s", "cpu_s", "main_cpu_s")
+    out = {k: v for k, v in runs[0].items() if k not in timed}
+    out.update({k: measure.summary([r[k] for r in runs]) for k in timed if k in runs[0]})
+    peaks = ("maxrss_mb", "main_maxrss_mb", "tree_peak_mb", "other_cores")
+    out.update({k: max(r[k] for r in runs) for k in peaks if k in runs[0]})
+    return {**out, "rounds": runs}
+
+
+def measure_all(args: argparse.Namespace, work: Path) -> dict:
+    """Runs every setting, interleaved over ``--rounds``, and returns each one's combined figures."""
     params = yaml.safe_load(PARAMS.read_text())
     dupe_factor = args.dupe_factor or params["instances"]["dupe_factor"]
-    extra = ["--dupe_factor", str(dupe_factor)]
-    prepare_corpus(work, params)
-    larger = work / f"sentences-x{COPIES}"
-    build_copies(work / "sentences", work / "corpus" / "stats.json", larger)
-    runs = {}
-    settings = [("1x-w1", "sentences", 1), ("1x-w2", "sentences", 2), ("10x-w2", larger, 2), ("10x-w1", larger, 1)]
-    for label, folder, workers in settings:
-        print(f"instances {label} ...", file=sys.stderr)
-        repeats = [run_instances(label, work / folder, work, workers, extra) for _ in range(args.repeat)]
-        runs[label] = best_of(repeats)
-    encode = raw_encode(work / "sentences", work / "vocab" / "spiece.model")
-    return {
-        "dupe_factor": dupe_factor,
-        "runs": {label: {**asdict(r), "tokens_per_s_per_core": r.tokens_per_s_per_core} for label, r in runs.items()},
-        "raw_encode": encode,
-        **{f"speedup_{x}": runs[f"{x}-w1"].wall_s / runs[f"{x}-w2"].wall_s for x in ("1x", "10x")},
-        **{f"encode_ratio_{x}": runs[f"{x}-w1"].tokens_per_s_per_core / encode["tokens_per_s"] for x in ("1x", "10x")},
-        "memory_ratio": runs["10x-w2"].tree_peak_mb / runs["1x-w2"].tree_peak_mb,
-        "maxrss_ratio": runs["10x-w2"].maxrss_mb / runs["1x-w2"].maxrss_mb,
-        "scaling": scaling(runs),
-    }
+    prepare_corpus(work, params, args.max_documents)
+    folders = {"1x": work / "sentences", "10x": work / f"sentences-x{COPIES}"}
+    build_copies(folders["1x"], work / "corpus" / "stats.json", folders["10x"])
+
+    def run(label: str) -> dict:
+        if label == "encode":
+            return run_encode(work)
+        size, workers, dupe = SETTINGS[label]
+        return run_instances(label, folders[size], work, workers, dupe or dupe_factor)
+
+    rounds = measure.run_rounds([*SETTINGS, "encode"], args.rounds, run)
+    return {"dupe_factor": dupe_factor, **{label: combine(runs) for label, runs in rounds.items()}}
 
 
-def scaling(runs: dict[str, InstancesRun]) -> dict[str, float]:
+def ratios(f: dict) -> dict[str, dict]:
+    """The bench's ratios (of medians over the rounds), each with what it divides."""
+    med = "median"
+    e, d1, d10 = f["encode"], f["1x-d1"], f["10x-d1"]
+    encoded = (e["tokens"], COPIES * e["tokens"])  # tokens the stage encodes at 1x and 10x: each sentence once
+    raw_cpu, raw_wall = e["tokens"] / e["cpu_s"][med], e["tokens"] / e["wall_s"][med]
+    D = f["dupe_factor"]
+    out = {
+        "encode_cost_d1": measure.ratio(
+            (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]), raw_cpu,
+            "stage tokens encoded per CPU-s of the process tree at dupe_factor 1, 1 worker, fixed cost removed "
+            "(10x − 1x runs) ÷ raw sp.encode tokens per CPU-s on the same sentences"),
+        "encode_cost_d1_wall": measure.ratio(
+            (encoded[1] - encoded[0]) / (d10["wall_s"][med] - d1["wall_s"][med]), raw_wall,
+            "the same from wall time of run(): encoded tokens per wall-s (10x − 1x) ÷ raw encode per wall-s"),
+        "encode_cost_d1_whole_10x": measure.ratio(
+            encoded[1] / d10["cpu_s"][med], raw_cpu,
+            "stage tokens encoded per CPU-s over the whole 10x run at dupe_factor 1 (start-up included) ÷ raw encode"),
+        "memory_ratio": measure.ratio(f["10x-w2"]["tree_peak_mb"], f["1x-w2"]["tree_peak_mb"],
+                                      "peak summed RSS of the process tree, 10x ÷ 1x, 2 workers"),
+        "maxrss_ratio": measure.ratio(f["10x-w2"]["maxrss_mb"], f["1x-w2"]["maxrss_mb"],
+                                      "largest single process's ru_maxrss, 10x ÷ 1x, 2 workers"),
+    }  # fmt: skip
+    for x in ("1x", "10x"):
+        w1, w2 = f[f"{x}-w1"], f[f"{x}-w2"]
+        out[f"written_per_cpu_s_{x}"] = measure.ratio(
+            w1["tokens"], w1["cpu_s"][med], f"tokens written at dupe_factor {D} (each encoded once, written {D} "
+            "times) ÷ CPU-s of the process tree, 1 worker, start-up included")  # fmt: skip
+        out[f"written_vs_encoded_{x}"] = measure.ratio(
+            w1["tokens"] / w1["wall_s"][med], raw_wall, f"tokens written per wall-s of run() at dupe_factor {D}, "
+            "1 worker ÷ raw sp.encode tokens encoded per wall-s: not a per-token cost")  # fmt: skip
+        out[f"speedup_{x}"] = measure.ratio(w1["wall_s"][med], w2["wall_s"][med], "run() wall-s 1 worker ÷ 2 workers")
+        out[f"cpu_bound_speedup_{x}"] = measure.ratio(
+            w1["cpu_s"][med], w2["cpu_s"][med] / 2, "tree CPU-s at 1 worker ÷ half the tree CPU-s at 2: the best "
+            "2 cores could do with the CPU time each took, whatever else runs")  # fmt: skip
+    return out
+
+
+def scaling(f: dict) -> dict[str, float]:
     """Splits a run's wall time into a fixed cost and a per-token cost, from the 1x and 10x runs at 1 worker.
 
     wall = fixed_s + tokens / rate. The fixed cost (runner set-up, SDK worker start-up, shard read-back) does
     not shrink with more workers, so it bounds the 1x speed-up however well the work itself is spread.
     """
-    small, large = runs["1x-w1"], runs["10x-w1"]
-    rate = (large.tokens - small.tokens) / (large.wall_s - small.wall_s)
-    fixed_s = small.wall_s - small.tokens / rate
+    small, large = f["1x-w1"], f["10x-w1"]
+    t_small, t_large = small["wall_s"]["median"], large["wall_s"]["median"]
+    rate = (large["tokens"] - small["tokens"]) / (t_large - t_small)
+    fixed_s = t_small - small["tokens"] / rate
+    two = f["1x-w2"]["wall_s"]["median"]
     return {
         "fixed_s": fixed_s,
         "work_tokens_per_s": rate,
-        "speedup_1x_without_fixed": (small.wall_s - fixed_s) / max(runs["1x-w2"].wall_s - fixed_s, 1e-9),
-        # The best 2 cores can do with the CPU time each run took: robust to other processes on the machine.
-        "cpu_bound_speedup_1x": small.cpu_s / (runs["1x-w2"].cpu_s / 2),
-        "cpu_bound_speedup_10x": large.cpu_s / (runs["10x-w2"].cpu_s / 2),
+        "speedup_1x_without_fixed": (t_small - fixed_s) / max(two - fixed_s, 1e-9),
     }
 
 
-def table(figures: dict) -> list[str]:
-    """Returns the aligned table: one row per instances run, then the raw encode row."""
-    head = f"{'run':<7}{'workers':>8}{'files':>6}{'run_s':>7}{'proc_s':>7}{'cpu_s':>7}{'main_cpu':>9}{'tokens':>12}"
-    head += f"{'tok/s/core':>11}"
-    lines = [head + f"{'tree_MB':>9}{'maxrss_MB':>10}{'main_MB':>9}{'sdk_seen':>9}{'busy_other':>11}"]
-    for label, r in figures["runs"].items():
+def table(f: dict) -> list[str]:
+    """Returns the aligned table: one row per setting (medians over the rounds), then the raw encode row."""
+    head = f"{'run':<7}{'w':>2}{'dupe':>5}{'files':>6}{'run_s':>7}{'spread':>7}{'proc_s':>7}{'cpu_s':>7}{'main_cpu':>9}"
+    lines = [head + f"{'tokens':>12}{'tree_MB':>8}{'maxrss_MB':>10}{'main_MB':>8}{'sdk':>4}{'busy_other':>11}"]
+    for label in SETTINGS:
+        r = f[label]
         lines.append(
-            f"{label:<7}{r['workers']:>8}{r['sentence_files']:>6}{r['wall_s']:>7.2f}{r['process_s']:>7.2f}{r['cpu_s']:>7.2f}"
-            f"{r['main_cpu_s']:>9.2f}{r['tokens']:>12,}{r['tokens_per_s_per_core']:>11,.0f}{r['tree_peak_mb']:>9.0f}"
-            f"{r['maxrss_mb']:>10.0f}{r['main_maxrss_mb']:>9.0f}{r['sdk_workers_seen']:>9}{r['other_cores']:>11.2f}"
+            f"{label:<7}{r['workers']:>2}{r['dupe_factor']:>5}{r['sentence_files']:>6}{r['wall_s']['median']:>7.2f}"
+            f"{r['wall_s']['spread']:>7.2f}{r['process_s']['median']:>7.2f}{r['cpu_s']['median']:>7.2f}"
+            f"{r['main_cpu_s']['median']:>9.2f}{r['tokens']:>12,}{r['tree_peak_mb']:>8.0f}{r['maxrss_mb']:>10.0f}"
+            f"{r['main_maxrss_mb']:>8.0f}{r['sdk_workers_seen']:>4}{r['other_cores']:>11.2f}"
         )
-    e = figures["raw_encode"]
-    row = f"{'encode':<7}{1:>8}{'':>6}{e['wall_s']:>7.3f}{'':>23}{e['tokens']:>12,}{e['tokens_per_s']:>11,.0f}"
-    lines.append(row + f"{'':>9}{'':>10}{'':>9}{'':>9}{e['other_cores']:>11.2f}")
-    lines.append(f"encode: sp.encode of the {e['sentences']:,} segment-stage sentences, one thread, no specials")
-    lines.append("run_s: instances.run() alone; proc_s: its whole subprocess; cpu_s: CPU time of its process tree,")
-    lines.append("main_cpu: of which the stage's own process during run() (Beam's runner, not a worker);")
-    lines.append("tok/s/core: tokens / run_s / workers; tree_MB: peak of the tree's summed RSS (psutil, every 0.2 s);")
-    lines.append("maxrss_MB: wait4 ru_maxrss = largest single process; main_MB: the stage's own process;")
-    lines.append("sdk_seen: Beam SDK worker processes seen among its descendants; busy_other: cores used by others")
-    return lines
-
-
-def verdicts(figures: dict) -> list[str]:
-    """Returns one PASS/FAIL line per DESIGN.md §3 target and corpus size, plus a warning when other processes
-    took CPU. The 10x copy (~14 MB) is the size the issue expected of the embedded corpus (~18 MB); on the 1x
-    corpus (1.4 MB on Python 3.11) Beam's fixed start-up is most of a run, which the fit line shows."""
-    fit, encode = figures["scaling"], figures["raw_encode"]["tokens_per_s"]
-    lines = [
-        f"fit over 1x and 10x at 1 worker: run_s = {fit['fixed_s']:.2f} s fixed (runner, SDK worker start-up, "
-        f"imports) + tokens / {fit['work_tokens_per_s']:,.0f} tok/s; that work rate ÷ raw encode = "
-        f"{fit['work_tokens_per_s'] / encode:.2f}; 1x speed-up 2/1 workers less the fixed cost = "
-        f"{fit['speedup_1x_without_fixed']:.2f}x",
-        f"CPU-time bound on the 2/1 speed-up (cpu_s at 1 worker ÷ half cpu_s at 2): 1x "
-        f"{fit['cpu_bound_speedup_1x']:.2f}x, 10x {fit['cpu_bound_speedup_10x']:.2f}x",
+    e = f["encode"]
+    lines.append(f"{'encode':<7}{1:>2}{'':>5}{'':>6}{e['wall_s']['median']:>7.3f}{e['wall_s']['spread']:>7.2f}{'':>7}"
+                 f"{e['cpu_s']['median']:>7.2f}{'':>9}{e['tokens']:>12,}{'':>30}{e['other_cores']:>11.2f}")  # fmt: skip
+    lines += [
+        f"encode: sp.encode of the {e['sentences']:,} segment-stage sentences, one thread, no specials",
+        "medians over the rounds; spread: (max − min) / median of run_s; run_s: instances.run() alone; proc_s: its",
+        "whole subprocess; cpu_s: CPU time of its process tree; main_cpu: of which the stage's own process;",
+        "tokens: written (manifest); tree_MB: peak summed RSS; maxrss_MB: largest process; main_MB: the stage's",
+        "process; sdk: Beam SDK worker processes seen; busy_other: cores other processes used (the load)",
     ]
-    busy = max([r["other_cores"] for r in figures["runs"].values()] + [figures["raw_encode"]["other_cores"]])
-    if busy > BUSY_WARNING:
-        lines.append(f"WARNING: other processes kept up to {busy:.2f} cores busy during a run: timings are disturbed")
-    checks = [("memory_ratio", f"peak tree RSS 10x/1x (2 workers) = {figures['memory_ratio']:.2f} (largest process "
-               f"alone: {figures['maxrss_ratio']:.2f})", "≤", "")]  # fmt: skip
-    for x in ("1x", "10x"):
-        checks.append((f"speedup_{x}", f"{x}: 2 workers / 1 worker = {figures[f'speedup_{x}']:.2f}x", "≥", "x"))
-        ratio = figures[f"encode_ratio_{x}"]
-        text = f"{x}: instances tok/s/core (1 worker, dupe_factor {figures['dupe_factor']}) ÷ raw encode = {ratio:.3f}"
-        checks.append((f"encode_ratio_{x}", text, "≥", ""))
-    for key, text, op, unit in checks:
-        target = TARGETS[key.removesuffix("_1x").removesuffix("_10x")]
-        ok = figures[key] >= target if op == "≥" else figures[key] <= target
-        lines.append(f"{'PASS' if ok else 'FAIL'} target {text} ({op} {target}{unit})")
     return lines
 
 
@@ -353,8 +318,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="keeps the built corpus between runs (default: a temp dir)")
     parser.add_argument("--dupe_factor", type=int, help="override params.yaml's instances.dupe_factor")
-    parser.add_argument("--repeat", type=int, default=1, help="instances runs per setting; the fastest is kept")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every setting")
+    parser.add_argument("--max_documents", type=int, help="smoke run: this many embedded documents, vocabulary 2000")
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results", help="pipeline.json/.md go here")
     return parser.parse_args(argv)
 
 
@@ -362,17 +328,30 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--_child"]:
         return child_main(argv[1], argv[2:])
+    if argv[:1] == ["--_encode"]:
+        return encode_main(*argv[1:4])
     args = parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        figures = measure(args, work.resolve())
+        figures = measure_all(args, work.resolve())
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    print("\n".join([*table(figures), *verdicts(figures)]))
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    figures["scaling"], found = scaling(figures), ratios(figures)
+    fit = figures["scaling"]
+    print("\n".join(table(figures)))
+    print(
+        f"fit over 1x and 10x at 1 worker: run_s = {fit['fixed_s']:.2f} s fixed + tokens / "
+        f"{fit['work_tokens_per_s']:,.0f} tok/s; 1x speed-up less the fixed cost {fit['speedup_1x_without_fixed']:.2f}x"
+    )
+    for name, r in found.items():
+        print(f"{name} = {r['value']:.3g}: {r['divides']}")
+    load = max(f["other_cores"] for f in figures.values() if isinstance(f, dict) and "other_cores" in f)
+    lines = measure.verdicts(found, TARGETS, load)
+    print("\n".join(lines))
+    paths = measure.write_results(args.results, "pipeline", figures, found, load, lines)
+    print(f"wrote {paths[0]} and {paths[1]}")
 
 
 if __name__ == "__main__":
