@@ -47,9 +47,10 @@ TIED_WEIGHTS = {
 }
 
 # Sizes from the paper's Table 1; xlarge uses 16 heads as the released checkpoints do (the paper's rule,
-# H/64, would give 32). "tiny" is for tests; "small" is the CPU default: BERT-Mini's L=4/H=256 shape (Turc et
-# al. 2019) with ALBERT's E=128, 4.9M parameters at V=30000, 3.2M multiply-adds per token in the encoder.
-# Measured at 0.85 s per AdamW step of 32 × 128 tokens on 2 CPU cores: ~300 steps in 4-5 minutes.
+# H/64, would give 32). "tiny" (E=32, H=64, 2 layers) serves the tests and is the CPU default of the embedded
+# corpus: bench/sweep.py measured it to learn most per minute on 2 cores (bench/results/sweep.md), at ~65 k
+# tokens/s. "mini" (L=4/H=128, BERT-Tiny's width at BERT-Mini's depth, Turc et al. 2019; 4.2M parameters at
+# V=30000) and "small" (BERT-Mini's L=4/H=256) are the next sizes up, for longer CPU runs.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vocab_size=1000,
@@ -60,6 +61,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         intermediate_size=128,
         max_position_embeddings=128,
     ),
+    "mini": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512),
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
     "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
@@ -103,7 +105,7 @@ class AlbertConfig:
         """Returns the named preset with ``overrides`` applied.
 
         Args:
-            name: one of ``PRESETS``: tiny, small, base, large, xlarge, xxlarge.
+            name: one of ``PRESETS``: tiny, mini, small, base, large, xlarge, xxlarge.
             **overrides: AlbertConfig fields to change, e.g. ``vocab_size=8000``.
 
         Raises:

@@ -29,7 +29,7 @@ class AlbertPretraining(L.LightningModule):
     """ALBERT pretraining.
 
     Args:
-        preset: an ``AlbertConfig`` preset ("tiny", "small", "base", "large", "xlarge", "xxlarge").
+        preset: an ``AlbertConfig`` preset ("tiny", "mini", "small", "base", "large", "xlarge", "xxlarge").
         vocab_size: the shards' vocabulary size (linked from the data module by ``fit``).
         config_overrides: fields of ``AlbertConfig`` to change from the preset (e.g. {"sharing": "ffn"}).
         inter_sentence: the shards' second objective: "sop", "nsp" (same head, other data) or "none" (no loss).

@@ -39,6 +39,7 @@ def meta_count(config: AlbertConfig, heads: bool) -> int:
 @pytest.mark.parametrize(
     ("name", "encoder_only", "with_heads"),
     [
+        ("mini", 4_137_344, 4_184_370),  # the CPU default; by hand from albert_facts.md §1.3 at H=128, I=512
         ("base", 11_683_584, 11_813_810),
         ("large", 17_683_968, 17_847_474),
         ("xlarge", 58_724_864, 59_021_490),
