@@ -115,10 +115,7 @@ def test_check_skips_what_it_cannot_check_and_the_summary_counts_verdicts() -> N
     assert reversed_["verdict"] == "does not hold" and reversed_["high"] == pytest.approx(-0.168522, abs=1e-6)
     # 0.300 vs 0.290 over 1000 tokens each: ±0.040 contains zero
     assert results["no dropout (MLM)"]["verdict"] == "not resolved at this budget"
-    assert (
-        results["E=128>E=64"]["verdict"] == "skipped"
-        and "embedding-64 not in the grid" in results["E=128>E=64"]["note"]
-    )
+    assert results["E>E/2"]["verdict"] == "skipped" and "embedding-half not in the grid" in results["E>E/2"]["note"]
     assert "share no task" in results["SOP>=NSP downstream"]["note"]
     assert len(results) == len(af.FINDINGS) == 13
 

@@ -19,7 +19,7 @@ VARIANTS = {  # name → (config overrides, objective, masking)
     "baseline": ({}, "sop", "static"),
     "sharing-none": ({"sharing": "none"}, "sop", "static"),
     "sharing-attention": ({"sharing": "attention"}, "sop", "static"),
-    "embedding-64": ({"embedding_size": 64}, "sop", "static"),
+    "embedding-half": ({"embedding_size": 64}, "sop", "static"),
     "objective-nsp": ({}, "nsp", "static"),
     "masking-dynamic": ({}, "sop", "dynamic"),
 }
@@ -29,7 +29,7 @@ INTRINSIC = {
     "baseline": (900, 610, 330),
     "sharing-none": (880, 640, 350),
     "sharing-attention": (870, 600, 340),
-    "embedding-64": (860, 590, 310),
+    "embedding-half": (860, 590, 310),
     "objective-nsp": (520, 830, 320),
     "masking-dynamic": (890, 620, 325),
 }
@@ -39,7 +39,7 @@ CORRECT = {
     "baseline": [range(150)] * 3,  # 0.75
     "sharing-none": [range(120)] * 3,  # 0.60: the paper's not-shared > all-shared, reversed here
     "sharing-attention": [range(150)] * 3,
-    "embedding-64": [range(110)] * 3,  # 0.55: E=128 ahead by 0.20
+    "embedding-half": [range(110)] * 3,  # 0.55: E=128 ahead by 0.20
     "objective-nsp": [range(150)] * 3,  # the same as baseline: a difference of exactly zero
     "masking-dynamic": [range(2, 152)] * 3,  # two examples lost, two others won: zero, and the interval spans it
 }
@@ -107,7 +107,8 @@ def test_report_groups_runs_as_the_paper_and_counts_parameters_from_each_config(
         assert rows[name]["parameters_pretraining"] == formula(config, heads=True)
     assert rows["baseline"]["parameters"] == 11_683_584 and rows["sharing-none"]["parameters"] == 89_650_176
     sharing = "Cross-layer sharing and embedding size (paper Tables 3 and 4)"
-    assert [r["variant"] for r in grouped[sharing]] == ["baseline", "embedding-64", "sharing-attention", "sharing-none"]
+    expected = ["baseline", "embedding-half", "sharing-attention", "sharing-none"]
+    assert [r["variant"] for r in grouped[sharing]] == expected
     objective = grouped["Inter-sentence objective (paper Table 5)"]
     assert [r["variant"] for r in objective] == ["baseline", "objective-nsp"]
     assert (objective[1]["sop_accuracy"], objective[1]["nsp_accuracy"], objective[1]["mlm_accuracy"]) == (
@@ -115,7 +116,7 @@ def test_report_groups_runs_as_the_paper_and_counts_parameters_from_each_config(
         0.83,
         0.32,
     )
-    assert rows["baseline"]["package"] == 0.75 and rows["embedding-64"]["average"] == 0.55
+    assert rows["baseline"]["package"] == 0.75 and rows["embedding-half"]["average"] == 0.55
     assert [r["variant"] for r in grouped["Other factors"]] == ["baseline", "masking-dynamic"]
 
     with open(tmp_path / "out/report.csv", newline="") as f:
@@ -144,7 +145,7 @@ def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
     assert downstream["verdict"] == "not resolved at this budget"
     shared = by_key["not-shared>all-shared"]  # 0.60 vs 0.75 on the same examples: reversed
     assert shared["difference"] == pytest.approx(-0.15) and shared["verdict"] == "does not hold"
-    embedding = by_key["E=128>E=64"]
+    embedding = by_key["E>E/2"]
     assert embedding["difference"] == pytest.approx(0.20) and embedding["verdict"] == "holds"
     dynamic = by_key["dynamic=static masking"]
     assert dynamic["difference"] == 0.0 and dynamic["low"] < 0 < dynamic["high"] and dynamic["verdict"] == "holds"
@@ -153,7 +154,7 @@ def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
         "SOP>none on NSP",
         "SOP>=none downstream",
         "attention<FFN sharing cost",
-        "E=128>E=256",
+        "E>2E",
         "no dropout (MLM)",
         "no dropout (downstream)",
         "n-gram vs unigram",
@@ -162,7 +163,7 @@ def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
     text = (out / "report.md").read_text()
     assert text.startswith(
         "## Findings\n\nOf 6 findings checked, 4 hold, 1 does not hold and 1 is not resolved at this budget "
-        "(holds: SOP>NSP on SOP, NSP near chance on SOP, E=128>E=64, dynamic=static masking; does not hold: "
+        "(holds: SOP>NSP on SOP, NSP near chance on SOP, E>E/2, dynamic=static masking; does not hold: "
         "not-shared>all-shared; not resolved at this budget: SOP>=NSP downstream); 7 skipped ("
     )
     assert "Ours (downstream): sharing-none 0.600 vs baseline 0.750; difference -0.150 [" in text
