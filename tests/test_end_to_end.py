@@ -36,7 +36,7 @@ def _shrink(project: Path) -> None:
     params["vocab"].update(vocab_size=800)
     params["instances"].update(dupe_factor=2)
     params["tasks"].update(min_package_documents=2, num_packages=4)
-    params["evaluate"].update(max_steps=3, intrinsic_batches=2)
+    params["evaluate"].update(max_steps=3, min_steps=1, seeds=2, train_sizes=[16, 0], intrinsic_batches=2)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     config = yaml.safe_load((project / "configs/pretrain.yaml").read_text())
     config["trainer"].update(max_steps=8, val_check_interval=4, limit_val_batches=2, log_every_n_steps=2)
@@ -67,7 +67,8 @@ def test_dvc_repro_runs_every_stage_and_reports(tmp_path: Path) -> None:
                              text=True, check=True)  # fmt: skip
     shown = json.dumps(json.loads(metrics.stdout))
     assert "mlm_accuracy" in shown and "random_init" in shown
+    assert (project / "data/eval/learning_curve.png").stat().st_size > 0
     again = subprocess.run(
-        [*dvc, "status", "dvc.yaml"], cwd=project, env=env, capture_output=True, text=True, check=True
+        [*dvc, "status", "--json", "dvc.yaml"], cwd=project, env=env, capture_output=True, text=True, check=True
     )
-    assert "up to date" in again.stdout.lower() or "changed" not in again.stdout.lower()
+    assert json.loads(again.stdout) == {}, again.stdout  # every stage up to date: nothing changed, nothing missing
