@@ -72,7 +72,7 @@ def test_sharing_modes_count_as_in_table_4(overrides, expected):
 def test_config_validation_lists_the_choices():
     with pytest.raises(ValueError, match="'all', 'attention', 'ffn', 'none'"):
         AlbertConfig(sharing="everything")
-    with pytest.raises(ValueError, match="tiny, small, base, large, xlarge, xxlarge"):
+    with pytest.raises(ValueError, match="tiny, mini, small, base, large, xlarge, xxlarge"):
         AlbertConfig.preset("huge")
     with pytest.raises(ValueError, match="sharing='all'"):
         AlbertConfig(sharing="none", num_hidden_groups=2)
