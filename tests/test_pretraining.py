@@ -39,6 +39,18 @@ class StepRecorder(L.Callback):
     every rank's loss, its number of masked tokens and the rows it trained on.
     """
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from albert_lightning.model import AlbertLayer
+
+        # Forward calls of the transformer layers per step: a recomputing (checkpointed) layer runs twice.
+        self.layer_calls = 0
+        for module in pl_module.model.modules():
+            if isinstance(module, AlbertLayer):
+                module.register_forward_pre_hook(self._count)
+
+    def _count(self, *args) -> None:
+        self.layer_calls += 1
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         from torch.distributed.fsdp import FSDPModule
 
@@ -53,7 +65,9 @@ class StepRecorder(L.Callback):
             "world_size": trainer.world_size,
             "fsdp": isinstance(pl_module.model, FSDPModule),
             "backend": dist.get_backend() if dist.is_initialized() else None,
+            "layer_calls": self.layer_calls,
         }
+        self.layer_calls = 0
         with open(Path(trainer.default_root_dir) / f"steps-rank{trainer.global_rank}.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
 
@@ -325,3 +339,6 @@ def test_activation_checkpointing_recomputes_layers_without_changing_the_losses(
     expected, got = recorded(plain), recorded(recomputed)
     assert [r["index"] for r in got] == [r["index"] for r in expected]
     assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in expected], rel=1e-5)
+    # tiny: 2 layer applications per forward; checkpointing runs each again in backward (an ignored flag fails)
+    assert [r["layer_calls"] for r in expected] == [2, 2, 2]
+    assert [r["layer_calls"] for r in got] == [4, 4, 4]
