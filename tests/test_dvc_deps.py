@@ -29,18 +29,23 @@ def _imported_modules(module: str, seen: set[str] | None = None) -> set[str]:
     return seen
 
 
-def _pipeline_stages() -> list[tuple[str, str, list[str]]]:
+def _stages(package: str) -> list[tuple[str, str, list[str]]]:
+    """(stage, module, deps) of every stage of both dvc.yaml files whose command runs ``python -m {package}.…``."""
     stages = []
     for dvc_file in ("dvc.yaml", "ablations/dvc.yaml"):
         for name, stage in yaml.safe_load((REPO / dvc_file).read_text())["stages"].items():
             stage = stage.get("do", stage)
-            if "python -m pipelines." in stage["cmd"]:
-                module = stage["cmd"].split("python -m pipelines.")[1].split()[0]
+            if f"python -m {package}." in stage["cmd"]:
+                module = stage["cmd"].split(f"python -m {package}.")[1].split()[0]
                 stages.append((f"{dvc_file}:{name}", module, stage.get("deps", [])))
     return stages
 
 
-@pytest.mark.parametrize(("stage", "module", "deps"), _pipeline_stages(), ids=lambda v: v if isinstance(v, str) else "")
+def _stage_id(value: object) -> str:
+    return value if isinstance(value, str) else "-"
+
+
+@pytest.mark.parametrize(("stage", "module", "deps"), _stages("pipelines"), ids=_stage_id)
 def test_every_pipelines_module_a_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
     needed = {f"pipelines/{m}.py" for m in _imported_modules(module)}
     assert needed <= set(deps), f"{stage}: add {sorted(needed - set(deps))} to its deps"
@@ -67,23 +72,7 @@ def _imported_files(package: str, module: str, seen: set[str] | None = None) -> 
     return seen
 
 
-def _lightning_stages() -> list:
-    """Every stage of both dvc.yaml files whose command runs an ``albert_lightning`` entry point."""
-    stages = []
-    for path in ("dvc.yaml", "ablations/dvc.yaml"):
-        for name, stage in yaml.safe_load((REPO / path).read_text())["stages"].items():
-            stage = stage.get("do", stage)
-            if "python -m albert_lightning." in stage["cmd"]:
-                module = stage["cmd"].split("python -m albert_lightning.")[1].split()[0]
-                stages.append(pytest.param(f"{path}:{name}", module, stage.get("deps", [])))
-    return stages
-
-
-def _stage_id(value: object) -> str:
-    return value if isinstance(value, str) else "-"
-
-
-@pytest.mark.parametrize(("stage", "module", "deps"), _lightning_stages(), ids=_stage_id)
+@pytest.mark.parametrize(("stage", "module", "deps"), _stages("albert_lightning"), ids=_stage_id)
 def test_every_module_a_lightning_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
     needed = _imported_files("albert_lightning", module)
     assert needed <= set(deps), f"{stage}: add {sorted(needed - set(deps))} to its deps"
