@@ -67,13 +67,24 @@ def read_bytes(path: str, compressed: bool = False) -> bytes:
 def write_bytes_atomically(path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` through a temporary sibling that is renamed when complete."""
     directory, name = posixpath.split(path) if "://" in path else _split_local(path)
-    if not FileSystems.exists(directory):
-        FileSystems.mkdirs(directory)
+    ensure_directory(directory)
     tmp = join(directory, f".tmp-{uuid.uuid4().hex}-{name}")
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(data)
     delete_if_exists(path)
     FileSystems.rename([tmp], [path])
+
+
+def ensure_directory(directory: str) -> None:
+    """Creates ``directory`` unless it exists; another worker creating it at the same moment is not an error."""
+    if FileSystems.exists(directory):
+        return
+    try:
+        FileSystems.mkdirs(directory)
+    except OSError:
+        # Beam's local mkdirs raises when the folder appeared between the check and the call.
+        if not FileSystems.exists(directory):
+            raise
 
 
 def _split_local(path: str) -> tuple[str, str]:
