@@ -13,7 +13,8 @@ from pipelines.masking import ORDER, SPAN_LENGTH, MaskingConfig, TokenClasses, _
 from pipelines.seeding import uniforms
 
 SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
-PIECES = [*SPECIALS, "▁the", "▁cat", "s", "▁sat", ",", "中", "文", "▁", "▁on", "ma", "t", "。", "▁a", "b", "c"]
+ORDINARY = ["▁the", "▁cat", "s", "▁sat", ",", "中", "文", "▁", "▁on", "ma", "t", "。", "▁a", "b", "c", "(", ")"]
+PIECES = [*SPECIALS, *ORDINARY]
 CLASSES = TokenClasses.from_pieces(PIECES)
 ID = {p: i for i, p in enumerate(PIECES)}
 
@@ -25,11 +26,31 @@ def _ids(*pieces: str) -> list[int]:
 def test_words_join_continuation_pieces_and_split_cjk_characters() -> None:
     tokens = _ids("[CLS]", "▁cat", "s", "▁sat", ",", "▁", "中", "文", "。", "▁on", "[SEP]", "ma", "t", "[SEP]")
     words = CLASSES.words(tokens)
-    assert [(first, end) for first, end, _ in words] == [(1, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9),
-                                                          (9, 10), (11, 13)]  # fmt: skip
+    # The bare "▁" is the space of "中": one word (see the test below).
+    assert [(first, end) for first, end, _ in words] == [(1, 3), (3, 4), (4, 5), (5, 7), (7, 8), (8, 9), (9, 10),
+                                                          (11, 13)]  # fmt: skip
     # Specials are never part of a word and end a run, so no span runs across [SEP].
     runs = [run for _, _, run in words]
-    assert runs[:-1] == [runs[0]] * 8 and runs[-1] != runs[0]
+    assert runs[:-1] == [runs[0]] * 7 and runs[-1] != runs[0]
+
+
+def test_a_bare_space_joins_the_piece_after_it_even_punctuation() -> None:
+    # "▁" alone is the space before a word that starts with punctuation or CJK ("▁", "(" for " ("): it belongs
+    # to that word, so whole-word masking never asks the model to predict a space on its own.
+    tokens = _ids("[CLS]", "▁sat", "▁", "(", "▁on", ")", "▁", "中", "文", "▁", "[SEP]")
+    words = CLASSES.words(tokens)
+    assert [(first, end) for first, end, _ in words] == [(1, 2), (2, 4), (4, 5), (5, 6), (6, 8), (8, 9), (9, 10)]
+
+
+def test_a_bare_space_and_the_piece_after_it_are_masked_together() -> None:
+    config = MaskingConfig(max_predictions_per_seq=8)
+    rng = random.Random(7)
+    for key in range(2000):
+        body = [rng.choice([_ids("▁", "("), _ids("▁sat"), _ids("▁", "中"), _ids("▁on", ",")]) for _ in range(12)]
+        tokens = [ID["[CLS]"], *(t for pieces in body for t in pieces), ID["[SEP]"]]
+        masked = set(mask_ngrams(tokens, CLASSES, config, key=key).positions)
+        for p in (p for p, t in enumerate(tokens) if t == ID["▁"]):
+            assert (p in masked) == (p + 1 in masked), (key, p, tokens)
 
 
 def _random_sequence(rng: random.Random, length: int) -> list[int]:
@@ -71,9 +92,9 @@ def test_budget_positions_specials_and_replacements() -> None:
             assert new == ID["[MASK]"] or new >= 5  # a random replacement never draws a special token
             outcome["mask" if new == ID["[MASK]"] else "keep" if new == label else "random"] += 1
     total = sum(outcome.values())
-    # A random draw equals the original 1 time in 15 here, which moves that share from random to keep.
+    # A random draw equals the original 1 time in len(ORDINARY), which moves that share from random to keep.
     assert abs(outcome["mask"] / total - 0.80) < 0.01
-    assert abs(outcome["keep"] / total - (0.10 + 0.10 / 15)) < 0.01
+    assert abs(outcome["keep"] / total - (0.10 + 0.10 / len(ORDINARY))) < 0.01
 
 
 def test_masks_depend_on_the_key_alone_not_on_the_batch() -> None:
