@@ -32,6 +32,7 @@ from albert_lightning.shard_loader import ShardDataset, collate
 from albert_lightning.sharding import FSDP2Strategy
 from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
 from albert_lightning.tasks import GLUE_TASKS, TaskSpec, generic_task, label_ids, load_split
+from pipelines.commands import main as run_command
 
 __all__ = ["EvaluateConfig", "evaluate_task", "intrinsic_scores", "main"]
 
@@ -264,7 +265,13 @@ def _parse(argv: list[str] | None) -> EvaluateConfig:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs every task and the intrinsic scores; writes the outputs and returns ``metrics.json``'s content."""
     config = _parse(argv)
+    encoder = Encoder(config.spiece, config.max_seq_length)  # the vocabulary is checked before any long work
     pretrained = load_encoder(config.checkpoint)  # once: fine-tuning copies its weights and leaves it as it was
+    if encoder.sp.get_piece_size() != pretrained.config.vocab_size:
+        raise ValueError(
+            f"{config.spiece}: {encoder.sp.get_piece_size()} pieces, but {config.checkpoint} was trained with "
+            f"vocab_size {pretrained.config.vocab_size}"
+        )
     report = {
         "checkpoint": config.checkpoint,
         "seeds": finetuning_seeds(config.seed, config.seeds),
@@ -274,7 +281,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "tasks": {},
     }
-    encoder = Encoder(config.spiece, config.max_seq_length)
     for name in config.tasks:
         result = evaluate_task(name, config, pretrained, encoder)
         report["tasks"][result["task"]] = result
@@ -284,4 +290,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "evaluate")

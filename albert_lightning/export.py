@@ -7,12 +7,14 @@
 from __future__ import annotations
 
 import argparse
+import pickle
 from pathlib import Path
 
 import torch
 
 from albert_lightning.hf import export_hf
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+from pipelines.commands import main as run_command
 
 __all__ = ["load_pretraining_checkpoint", "main"]
 
@@ -35,7 +37,10 @@ def load_pretraining_checkpoint(path: str | Path) -> AlbertForPreTraining:
             f"{path} is a sharded checkpoint folder; consolidate it into one file first "
             "(python -m lightning.pytorch.utilities.consolidate_checkpoint)"
         )
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
+        raise ValueError(f"{path}: not a readable checkpoint ({err}); was it written completely?") from err
     config = checkpoint.get("hyper_parameters", {}).get("config")
     if not isinstance(config, dict):
         raise ValueError(f"{path}: hyper_parameters['config'] (the AlbertConfig fields) is missing")
@@ -62,4 +67,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "export")

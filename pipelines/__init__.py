@@ -9,3 +9,9 @@ Each stage runs as ``python -m pipelines.<stage>`` (``--help`` lists its flags; 
 under ``dvc repro``. Pure algorithm modules (``textnorm``, ``sentences``, ``sop``, ``masking``, ``shards``,
 ``seeding``) import neither Beam nor torch.
 """
+
+import logging as _logging
+
+# Beam logs this at import on every machine without the GCP extras, which no local stage needs: keep it out of
+# every command's output (the GCP runners install apache-beam[gcp], which has apitools).
+_logging.getLogger().addFilter(lambda record: "apitools not found" not in record.getMessage())

@@ -34,6 +34,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics
 
 from pipelines import files, pydocs
+from pipelines.commands import main
 from pipelines.documents import (
     DOCUMENT_SCHEMA,
     file_index,
@@ -271,4 +272,4 @@ def run(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    run()
+    main(run, "corpus", beam=True)

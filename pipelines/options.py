@@ -20,6 +20,8 @@ import yaml
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipelines.commands import VERBOSE_FLAG
+
 __all__ = ["StageArgs", "load_params", "parse_stage_args", "run_and_count"]
 
 C = TypeVar("C")
@@ -93,6 +95,7 @@ def parse_stage_args(
     """
     parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--params", default="params.yaml", help="params file holding the stage's section")
+    parser.add_argument(VERBOSE_FLAG, action="store_true", help="on an error, the full trace instead of one line")
     for name, help_text in paths.items():
         parser.add_argument(f"--{name}", required=True, help=help_text)
     hints = typing.get_type_hints(config_cls)

@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics
 
 from pipelines import files
+from pipelines.commands import main
 from pipelines.documents import SENTENCES_SCHEMA, file_name, remove_outputs, table_from_rows
 from pipelines.options import parse_stage_args, run_and_count
 from pipelines.sentences import document_sentences, split_long
@@ -160,4 +161,4 @@ def run(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    run()
+    main(run, "segment", beam=True)

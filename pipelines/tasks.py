@@ -39,6 +39,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics
 
 from pipelines import files
+from pipelines.commands import main
 from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import stable_hash64, unit_interval
 
@@ -326,4 +327,4 @@ def run(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    run()
+    main(run, "tasks", beam=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+import re
 from collections.abc import Iterator
 
 import apache_beam as beam
@@ -26,9 +27,12 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files
+from pipelines.commands import main
 from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import stable_hash64
 from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to_file", "train_vocab"]
 
@@ -128,12 +132,33 @@ def train_vocab(sentences_file: str, model_prefix: str, config: VocabConfig) -> 
     Raises:
         ValueError: when the file holds no sentence, or the result breaks ALBERT's id layout.
     """
+    try:
+        model = _train(sentences_file, config, config.vocab_size)
+    except RuntimeError as err:
+        # A small corpus (under ~100 KB, e.g. BERT's sample text) cannot fill the default vocabulary: SentencePiece
+        # says the largest size it supports, and a smaller vocabulary is what such a corpus should get anyway.
+        limit = _TOO_HIGH.search(str(err))
+        if limit is None:
+            raise ValueError(f"{sentences_file}: SentencePiece training failed: {err}") from err
+        supported = int(limit.group(1))
+        log.warning("vocab_size %d is more than this corpus supports; using %d", config.vocab_size, supported)
+        model = _train(sentences_file, config, supported)
+    sp = spiece_from_proto(model.getvalue(), f"{model_prefix}.model")
+    files.write_bytes_atomically(f"{model_prefix}.model", model.getvalue())
+    files.write_bytes_atomically(f"{model_prefix}.vocab", _vocab_text(sp).encode("utf-8"))
+    return sp
+
+
+_TOO_HIGH = re.compile(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)")
+
+
+def _train(sentences_file: str, config: VocabConfig, vocab_size: int) -> io.BytesIO:
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=_lines(sentences_file),
         model_writer=model,
         model_type=config.model_type,
-        vocab_size=config.vocab_size,
+        vocab_size=vocab_size,
         character_coverage=config.character_coverage,
         pad_id=PAD_ID,
         unk_id=UNK_ID,
@@ -148,10 +173,7 @@ def train_vocab(sentences_file: str, model_prefix: str, config: VocabConfig) -> 
         num_threads=config.num_threads,
         minloglevel=2,
     )
-    sp = spiece_from_proto(model.getvalue(), f"{model_prefix}.model")
-    files.write_bytes_atomically(f"{model_prefix}.model", model.getvalue())
-    files.write_bytes_atomically(f"{model_prefix}.vocab", _vocab_text(sp).encode("utf-8"))
-    return sp
+    return model
 
 
 def _vocab_text(sp: spm.SentencePieceProcessor) -> str:
@@ -175,7 +197,8 @@ def run(argv: list[str] | None = None) -> dict:
     config, out = args.config, args.paths["output"]
     inputs = [p for p, _ in files.match_paths([files.join(args.paths["input"], "sentences-*-of-*.parquet")])]
     sample_path = files.join(out, SAMPLE_FILE)
-    files.delete_if_exists(files.join(out, "stats.json"))  # its presence marks a finished run
+    # stats.json first: its presence marks a finished run; then what a killed run may have left.
+    files.delete_matching(out, ["stats.json", "spiece.model", "spiece.vocab", SAMPLE_FILE, ".tmp-*"])
     counters = sample_to_file(inputs, sample_path, config, args.beam)
     return _train_and_record(sample_path, out, config, counters)
 
@@ -229,4 +252,4 @@ def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters:
 
 if __name__ == "__main__":
     logging.getLogger().setLevel(logging.INFO)
-    run()
+    main(run, "vocab", beam=True)

@@ -220,3 +220,15 @@ def test_load_spiece_rejects_another_layout(sentences_dir: Path, tmp_path: Path)
 def test_config_rejects_bpe() -> None:
     with pytest.raises(ValueError, match="model_type 'bpe'"):
         vocab.VocabConfig(model_type="bpe")
+
+
+def test_a_vocab_size_the_corpus_cannot_fill_is_capped_with_a_warning(
+    sentences_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # BERT's sample_text.txt and any corpus under ~100 KB cannot fill the default 30,000 pieces.
+    with caplog.at_level("WARNING", logger="pipelines.vocab"):
+        stats = _run_stage(sentences_dir, tmp_path / "out", *IN_MEMORY, "--vocab_size=1000000")
+    [warning] = [r.getMessage() for r in caplog.records if "more than this corpus supports" in r.getMessage()]
+    supported = int(warning.rsplit(" ", 1)[1])
+    assert stats["vocab_size"] == supported == load_spiece(tmp_path / "out" / "spiece.model").get_piece_size()
+    assert 600 < supported < 1000000

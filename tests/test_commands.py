@@ -1,0 +1,47 @@
+"""What a user sees when a stage fails: one line naming the file and the problem, the trace in a log file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pipelines.commands import error_line
+
+BEAM_WORKER_ERROR = """Traceback (most recent call last):
+  File "apache_beam/runners/common.py", line 1512, in apache_beam.runners.common.DoFnRunner.process
+  File "/repo/pipelines/sources.py", line 133, in _lines
+ValueError: /data/a.txt: line 2: NUL byte [while running 'ReadDocuments/ReadFiles']
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "apache_beam/runners/worker/sdk_worker.py", line 310, in _execute
+ValueError: /data/a.txt: line 2: NUL byte [while running 'ReadDocuments/ReadFiles'] [while running 'Outer']
+"""
+
+
+def test_the_error_line_is_the_raised_message_without_beams_wrapping():
+    assert error_line(RuntimeError(BEAM_WORKER_ERROR)) == "/data/a.txt: line 2: NUL byte"
+    assert error_line(ValueError("x.parquet: not Parquet")) == "x.parquet: not Parquet"
+    assert error_line(FileNotFoundError(2, "No such file or directory", "/no/such")) == (
+        "/no/such: No such file or directory"
+    )
+
+
+def test_a_bad_file_read_by_beam_workers_prints_one_line_and_exits_1(tmp_path: Path):
+    text = tmp_path / "in" / "a.txt"
+    text.parent.mkdir()
+    text.write_bytes(b"A first line of text.\n\x00\x01 binary\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    command = [sys.executable, "-m", "pipelines.corpus", "--params", os.devnull, "--format", "text"]
+    command += ["--inputs", str(text.parent), "--output", str(tmp_path / "out"), "--direct_num_workers=2"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"corpus: error: {text}: line 2: ")
+    log = Path(lines[0].split("(trace: ")[1].split(",")[0])
+    assert "Traceback" in log.read_text() and "NUL" in log.read_text()
+    assert not (tmp_path / "out" / "stats.json").exists()
