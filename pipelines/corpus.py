@@ -1,8 +1,9 @@
 """Corpus stage: input files (or Python's own documentation) → documents with stable ids → ``data/corpus/``.
 
 Run: ``python -m pipelines.corpus --output data/corpus [--inputs 'books/**/*.txt' more.jsonl.gz]``.
-Writes ``documents-{i:05d}-of-{n:05d}.parquet`` (``documents.DOCUMENT_SCHEMA``; a document goes to file
-``file_index(id, n)``, n from the total text bytes) and then, last, ``stats.json`` with the stage's counters.
+Writes ``documents-{i:05d}-of-{n:05d}.parquet`` (``documents.DOCUMENT_SCHEMA``; a document goes to bucket
+``file_index(id, b)``, b from the total text bytes, and the n buckets that hold documents become the n files, in
+bucket order, so no file is empty) and then, last, ``stats.json`` with the stage's counters.
 
 Inputs: files, folders or globs in ``bert``, ``text`` (one document per file), ``jsonl`` or ``parquet``
 form, possibly gzip/bz2/... compressed (``sources`` says how each is read). No inputs: the embedded default
@@ -19,12 +20,14 @@ Bad input: a missing path or a pattern that matches nothing fails before the pip
 unknown extension under ``auto``, or two files that would share ids. Invalid UTF-8, a NUL byte (a binary file),
 invalid JSON, a JSON line without the text field, an unreadable archive or Parquet file fail the run with the
 file (and line) in the message: silently dropping them would change the corpus without anyone noticing.
-An empty file and an empty document are skipped and counted (``empty_files``, ``empty_documents``).
+An empty file and an empty document are skipped and counted (``empty_files``, ``empty_documents``); inputs
+with no text at all fail the run, naming them.
 Outputs of an earlier run are removed first and again on failure, so no stale file is left under a final name.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator
@@ -193,17 +196,21 @@ def _text_bytes(document: dict) -> int:
     return len(document["text"].encode("utf-8"))
 
 
-def _key_by_file(document: dict, num_files: int) -> tuple[tuple[int, int], dict]:
-    return (file_index(document["id"], num_files), num_files), document
+def _key_by_bucket(document: dict, num_buckets: int) -> tuple[int, dict]:
+    return file_index(document["id"], num_buckets), document
 
 
-def _every_file(num_files: int) -> Iterator[tuple[tuple[int, int], None]]:
-    # One marker per file index, so a file that no document hashes to is still written (empty).
-    return (((i, num_files), None) for i in range(num_files))
+def _sorted(buckets: list[int]) -> list[int]:
+    return sorted(buckets)
 
 
 class _WriteFile(beam.DoFn):
-    """Writes one ``documents-i-of-n.parquet``; owns the counters of what was written."""
+    """Writes the documents of one bucket as ``documents-i-of-n.parquet``; owns the counters of what was written.
+
+    Only buckets that hold documents become files: file i is the i-th of them in bucket order and n their
+    count, so no file is empty (one large document used to leave all but one of n files empty) and the names
+    depend on the set of ids alone, not on the runner or its workers.
+    """
 
     COUNTERS = ("documents", "document_bytes")
 
@@ -211,38 +218,53 @@ class _WriteFile(beam.DoFn):
         self._output = output
         self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
 
-    def process(self, element: tuple[tuple[int, int], Iterable[dict | None]]) -> Iterator[str]:
-        (index, num_files), documents = element
-        rows = [d for d in documents if d is not None]
+    def process(self, element: tuple[int, Iterable[dict]], buckets: list[int]) -> Iterator[str]:
+        bucket, documents = element
+        rows = list(documents)
         self._count["documents"].inc(len(rows))
         self._count["document_bytes"].inc(sum(map(_text_bytes, rows)))
-        path = files.join(self._output, file_name("documents", index, num_files))
+        name = file_name("documents", bisect.bisect_left(buckets, bucket), len(buckets))
+        path = files.join(self._output, name)
         files.write_parquet_atomically(path, table_from_rows(rows, DOCUMENT_SCHEMA))
         yield path
 
 
 class WriteDocumentFiles(beam.PTransform):
-    """Writes documents to n Parquet files by id hash, n from their total text bytes; yields the paths."""
+    """Writes documents to Parquet files by id hash (n buckets, n from their total text bytes); yields the paths."""
 
     def __init__(self, output: str):
         super().__init__()
         self._output = output
 
     def expand(self, documents: beam.PCollection) -> beam.PCollection:
-        num_files = (
+        num_buckets = (
             documents
             | "TextBytes" >> beam.Map(_text_bytes)
             | "TotalBytes" >> beam.CombineGlobally(sum)
-            | "NumFiles" >> beam.Map(files_for_bytes)
+            | "NumBuckets" >> beam.Map(files_for_bytes)
         )
-        keyed = documents | "KeyByFile" >> beam.Map(_key_by_file, beam.pvalue.AsSingleton(num_files))
-        markers = num_files | "EveryFile" >> beam.FlatMap(_every_file)
+        keyed = documents | "KeyByBucket" >> beam.Map(_key_by_bucket, beam.pvalue.AsSingleton(num_buckets))
+        buckets = (
+            keyed
+            | "Buckets" >> beam.Keys()
+            | "DistinctBuckets" >> beam.Distinct()
+            | "ListBuckets" >> beam.combiners.ToList()
+            | "SortBuckets" >> beam.Map(_sorted)
+        )
         return (
-            (keyed, markers)
-            | "WithEmptyFiles" >> beam.Flatten()
-            | "GroupByFile" >> beam.GroupByKey()
-            | "WriteFiles" >> beam.ParDo(_WriteFile(self._output))
+            keyed
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "WriteFiles" >> beam.ParDo(_WriteFile(self._output), beam.pvalue.AsSingleton(buckets))
         )
+
+
+def _require_text(config: CorpusConfig, counters: dict) -> None:
+    """Raises ValueError when no document has text: an empty corpus would pass every later stage silently."""
+    if counters["documents"]:
+        return
+    where = ", ".join(config.inputs) if config.inputs else f"the embedded default ({config.embedded_sources})"
+    read = counters["input_files"] if config.inputs else counters["source_files"]
+    raise ValueError(f"{where}: no text: every document in its {read} file(s) is empty; give inputs that hold text")
 
 
 def run(argv: list[str] | None = None) -> dict:
@@ -261,6 +283,7 @@ def run(argv: list[str] | None = None) -> dict:
         reader = ReadDocuments(args.config)
         _ = pipeline | "ReadDocuments" >> reader | "WriteDocuments" >> WriteDocumentFiles(output)
         counters = run_and_count(pipeline, _ReadFile if args.config.inputs else _ParseEmbeddedSource, _WriteFile)
+        _require_text(args.config, counters)
     except BaseException:
         remove_outputs(output, "documents")
         raise

@@ -1,7 +1,8 @@
 """The record contracts between the text stages: documents (corpus stage) and sentences (segment stage).
 
-Both are Parquet files named ``{kind}-{i:05d}-of-{n:05d}.parquet``; a document goes to file
-``stable_hash64(id) % n``, and rows inside a file are sorted by id, so equal inputs give equal files.
+Both are Parquet files named ``{kind}-{i:05d}-of-{n:05d}.parquet``, none empty; a document goes to bucket
+``stable_hash64(id) % b``, the buckets that hold documents become the n files in bucket order, and rows inside a
+file are sorted by id, so equal inputs give equal files.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def files_for_bytes(total_bytes: int, target_bytes: int = TARGET_FILE_BYTES) -> 
 
 
 def file_index(document_id: str, num_files: int) -> int:
-    """Returns the file a document belongs to: by hash, so it does not depend on reading order."""
+    """Returns the bucket (of ``num_files``) a document belongs to: by hash, so not by reading order."""
     return stable_hash64("file", document_id) % num_files
 
 

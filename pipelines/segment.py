@@ -10,6 +10,7 @@ Per document: the RAW text is split into sentences (``sentences.split_sentences`
 ``textnorm.Normalizer`` (what AlbertTokenizer would do) and cut to ``max_sentence_words`` words.
 Counted: documents, sentences, long_sentences_split (sentences that were cut), and what is dropped:
 empty_sentences (nothing left after normalisation) and empty_documents (no sentence left).
+A corpus that gives no sentence at all fails the run, naming the input folder.
 Bad input: an input folder without ``stats.json`` (the corpus stage did not finish) or with an incomplete set
 of document files fails before the pipeline, naming the folder; an unreadable Parquet file fails the run naming
 the file. Outputs of an earlier run are removed first and again on failure.
@@ -148,6 +149,11 @@ def run(argv: list[str] | None = None) -> dict:
             | "SegmentDocuments" >> SegmentDocuments(output, args.config)
         )
         counters = run_and_count(pipeline, _SegmentFile)
+        if not counters["sentences"]:  # empty shards would pass the later stages silently
+            raise ValueError(
+                f"{args.paths['input']}: no sentences: none of its {counters['documents']} documents has text "
+                "left after segmentation and normalisation"
+            )
     except BaseException:
         remove_outputs(output, "sentences")
         raise

@@ -8,12 +8,16 @@ corrupt ``.gz``; ``.zst``, ``.deflate`` by Beam's FileSystems):
   (a book, an article); blank-line paragraphs stay inside it as sentence boundaries, and sentence-order
   pairs need documents longer than a paragraph. Give a very large single text in ``bert`` or ``jsonl`` form.
 - ``jsonl`` (``.jsonl .ndjson .json``): one document per line, text under ``text_field``; blank lines skipped.
+  A file holding one JSON array fails, saying so; a ``text`` file whose every line looks like a JSON object
+  is read as text, with a warning that suggests ``--format jsonl``.
 - ``parquet`` (``.parquet``): one document per row of the ``text_field`` column.
 
+Lines end at LF, CR LF or a lone CR (old Mac files), as in Python's universal newlines.
 A file's ``name`` is its path relative to the non-glob folder of its pattern (its basename for a plain
 path; ``books/a.txt`` for ``data/**/*.txt``), so ids built from it do not change when the data folder moves.
 Readers yield every record, empty ones included, so ordinals stay tied to positions in the file; they raise
-``ValueError`` naming the file (and line) on invalid UTF-8, NUL bytes, invalid JSON or a missing text field.
+``ValueError`` naming the file (and line) on invalid UTF-8, NUL bytes (UTF-16 or binary), invalid JSON or a
+missing text field.
 ``corpus.py`` runs them in Beam workers.
 """
 
@@ -24,6 +28,7 @@ import contextlib
 import dataclasses
 import gzip
 import json
+import logging
 import lzma
 import os
 import zlib
@@ -127,18 +132,26 @@ def _open_decoded(path: str) -> Iterator[BinaryIO]:
 
 def _lines(path: str) -> Iterator[tuple[int, str]]:
     """Yields (1-based line number, decoded line without its end) from a possibly compressed file."""
+    number = 0
     with _open_decoded(path) as f:
-        for number, raw in enumerate(iter(f.readline, b""), start=1):
-            if b"\0" in raw:
-                raise ValueError(f"{path}: line {number}: NUL byte; this looks like a binary file, not text")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{path}: line {number}: invalid UTF-8 at byte {err.start} of the line "
-                    "(a binary file, or text in another encoding)"
-                ) from err
-            yield number, (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
+        for raw in iter(f.readline, b""):
+            body = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith((b"\n", b"\r")) else raw
+            for piece in body.split(b"\r"):
+                number += 1
+                yield number, _decoded(path, number, piece)
+
+
+def _decoded(path: str, number: int, raw: bytes) -> str:
+    if b"\0" in raw:  # UTF-16 puts a NUL in every ASCII character; UTF-8 text has none
+        raise ValueError(f"{path}: line {number}: contains NUL bytes; looks like UTF-16 or binary, not UTF-8 text")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: line {number}: invalid UTF-8 at byte {err.start} of the line "
+            "(a binary file, or text in another encoding)"
+        ) from err
+    return line.removeprefix("\ufeff") if number == 1 else line
 
 
 def _bert_records(path: str) -> Iterator[tuple[str, dict]]:
@@ -156,15 +169,33 @@ def _bert_records(path: str) -> Iterator[tuple[str, dict]]:
 
 
 def _text_records(path: str) -> Iterator[tuple[str, dict]]:
-    text = "\n".join(line for _, line in _lines(path))
+    lines = [line for _, line in _lines(path)]
+    _warn_if_json_lines(path, lines)
+    text = "\n".join(lines)
     if text:
         yield text, {}
+
+
+def _warn_if_json_lines(path: str, lines: list[str]) -> None:
+    # Read as text, a JSON Lines file becomes one document of JSON syntax: legal, but surely not what was meant.
+    filled = [line.strip() for line in lines if line.strip()]
+    if filled and all(line.startswith("{") and line.endswith("}") for line in filled):
+        logging.warning(
+            "%s: every line looks like JSON; read as plain text, the JSON syntax becomes the document's text. "
+            "If it is JSON Lines, give --format jsonl",
+            path,
+        )
 
 
 def _jsonl_records(path: str, field: str) -> Iterator[tuple[str, dict]]:
     for number, line in _lines(path):
         if not line.strip():
             continue
+        if line.lstrip().startswith("["):  # records are objects, so a line that opens an array is no record
+            raise ValueError(
+                f"{path}: line {number}: a JSON array, not JSON Lines (one JSON object per line); "
+                "convert it, e.g. with jq -c '.[]'"
+            )
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:

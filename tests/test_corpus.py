@@ -249,7 +249,7 @@ else:
     [
         ("bad.txt", b"fine line\ncaf\xe9 latin-1\n", "line 2: invalid UTF-8"),
         ("image.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "line 1: invalid UTF-8"),
-        ("zeros.txt", b"text then\n\x00\x00\x00\x01", "line 2: NUL byte"),
+        ("zeros.txt", b"text then\n\x00\x00\x00\x01", "line 2: contains NUL bytes"),
         ("rows.jsonl", b'{"text": "a"}\n\n{"body": "b"}\n', "line 3: no 'text' field"),
         ("rows.jsonl", b'{"text": "a"}\n{"text": \n', "line 2: invalid JSON"),
         ("rows.jsonl", b'{"text": ["a"]}\n', "line 1: 'text' is list"),
@@ -299,3 +299,32 @@ def test_parquet_without_the_text_column_names_file_and_column(tmp_path: Path):
         _run(tmp_path / "out", "--inputs", str(tmp_path / "t.parquet"))
     _run(tmp_path / "out", "--inputs", str(tmp_path / "t.parquet"), "--text_field", "body")
     assert list(_documents(tmp_path / "out")) == ["t.parquet:0"]
+
+
+def _files_and_rows(out: Path) -> dict[str, int]:
+    return {p.name: pq.read_metadata(p).num_rows for p in sorted(out.glob("documents-*.parquet"))}
+
+
+def test_no_empty_document_files_and_names_count_the_files_written(tmp_path: Path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "book.txt").write_text("A long sentence of the book. " * 25_000)  # 725 KB: 3 files' worth
+    _run(tmp_path / "one", "--inputs", str(tmp_path / "in"))
+    assert _files_and_rows(tmp_path / "one") == {"documents-00000-of-00001.parquet": 1}
+    for i in range(4):
+        (tmp_path / "in" / f"short{i}.txt").write_text(f"Short text {i}.")
+    _run(tmp_path / "five", "--inputs", str(tmp_path / "in"))
+    written = _files_and_rows(tmp_path / "five")
+    assert all(written.values()) and sum(written.values()) == 5
+    assert list(written) == [f"documents-{i:05d}-of-{len(written):05d}.parquet" for i in range(len(written))]
+
+
+def test_inputs_without_text_fail_naming_them_and_leave_no_output(tmp_path: Path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "empty.txt").write_bytes(b"")
+    (tmp_path / "in" / "blank.txt").write_text(" \n\t\n")
+    (tmp_path / "in" / "rows.jsonl").write_text('{"text": ""}\n{"text": "  "}\n')
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "documents-00000-of-00001.parquet").write_bytes(b"stale")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'in'}: no text")):
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "in"))
+    assert list((tmp_path / "out").iterdir()) == []

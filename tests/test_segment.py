@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -126,3 +127,11 @@ def test_unreadable_document_file_fails_naming_it_and_leaves_no_output(tmp_path:
     with pytest.raises(Exception, match=r"documents-00000-of-00001\.parquet"):
         _run(source, out)
     assert list(out.iterdir()) == []
+
+
+def test_a_corpus_that_gives_no_sentences_fails_and_leaves_no_output(tmp_path: Path):
+    accents = "\u0301\u0301"  # combining marks alone: nothing is left once accents are stripped
+    source = _corpus(tmp_path / "c", {"a": accents, "b": f"{accents}\n{accents}"}, presegmented=True)
+    with pytest.raises(ValueError, match=re.escape(f"{source}: no sentences")):
+        _run(source, tmp_path / "s")
+    assert list((tmp_path / "s").iterdir()) == []
