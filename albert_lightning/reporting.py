@@ -18,6 +18,16 @@ from albert_lightning.model import num_parameters
 __all__ = ["PretrainingReport"]
 
 VALIDATION_COLUMNS = ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")
+TRAIN_CSV = ("step", "loss", "tokens_per_second")
+VALIDATION_CSV = ("step", *VALIDATION_COLUMNS)
+
+
+def _no_validation(trainer: L.Trainer) -> str:
+    """Says why a run has no validation numbers: an empty validation split, or validation switched off."""
+    data = trainer.datamodule
+    if len(data.val_dataloader().dataset) == 0:
+        return f"{getattr(data, 'data_dir', 'the data module')}: no validation rows"
+    return f"no validation rows scored (limit_val_batches={trainer.limit_val_batches})"
 
 
 class PretrainingReport(L.Callback):
@@ -31,21 +41,41 @@ class PretrainingReport(L.Callback):
         self.folder = folder
         self.train: list[dict[str, float]] = []
         self.validation: list[dict[str, float]] = []
+        self._restored: dict[str, list[dict[str, float]]] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        # The rows travel in every checkpoint: the CSV files are written at validations only, so a run killed
+        # between a checkpoint and the next validation would otherwise lose the rows logged in between.
+        return {"train": list(self.train), "validation": list(self.validation)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = state_dict
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.folder = self.folder or trainer.default_root_dir
-        # A resumed run keeps the rows written before its checkpoint and redraws the rest. Not in on_fit_start:
-        # the trainer restores global_step from the checkpoint after that hook, so it would read 0 there.
+        # Not in on_fit_start: the trainer restores global_step (and this callback's state) after that hook.
         step = trainer.global_step
-        self.train = [r for r in self._read("train") if r["step"] <= step]
-        self.validation = [r for r in self._read("validation") if r["step"] <= step]
         if step == 0:  # the curve starts where training starts, so "well below its start" can be read off it
-            self.validation = [{"step": 0, **self._validate(trainer, pl_module)}]
+            start = self._validate(trainer, pl_module)
+            self.train, self.validation = [], [{"step": 0, **start}] if start else []
+            return
+        # A resumed run keeps the rows of the steps up to its checkpoint and logs the rest again. A checkpoint
+        # written before this callback kept its rows has only the CSV files to go by.
+        restored = self._restored or {name: self._read(name) for name in ("train", "validation")}
+        self._restored = None  # a later fit with this callback starts from its own checkpoint
+        self.train = [r for r in restored["train"] if r["step"] <= step]
+        self.validation = [r for r in restored["validation"] if r["step"] <= step]
+        # A validation due at the checkpoint's step runs after the checkpoint is written, and Lightning does not
+        # repeat it on resume: its row is only in the CSV that validation wrote.
+        if all(r["step"] != step for r in self.validation):
+            self.validation += [r for r in self._read("validation") if r["step"] == step]
 
     @torch.no_grad()
-    def _validate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+    def _validate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float] | None:
         """Scores the untrained model on the validation batches the trainer will use (Lightning has no step-0
-        validation); every rank runs the same number of batches, and the means are averaged over ranks."""
+        validation); every rank runs the same number of batches, and the means are averaged over ranks.
+
+        Returns None when there is no validation batch (an empty split, or ``limit_val_batches=0``)."""
         limit = trainer.limit_val_batches
         pl_module.eval()
         totals = {c: 0.0 for c in VALIDATION_COLUMNS}
@@ -58,7 +88,9 @@ class PretrainingReport(L.Callback):
                 totals[column] += float(metrics[column])
             batches += 1
         pl_module.train()
-        means = torch.tensor([totals[c] / max(batches, 1) for c in VALIDATION_COLUMNS], device=pl_module.device)
+        if batches == 0:  # the same on every rank: the sampler gives each rank as many batches
+            return None
+        means = torch.tensor([totals[c] / batches for c in VALIDATION_COLUMNS], device=pl_module.device)
         means = trainer.strategy.reduce(means, reduce_op="mean")
         return dict(zip(VALIDATION_COLUMNS, means.tolist(), strict=True))
 
@@ -83,16 +115,19 @@ class PretrainingReport(L.Callback):
         if not trainer.is_global_zero:
             return
         self._write()
-        final = self.validation[-1] if self.validation else {}
-        first = self.validation[0] if self.validation else {}
         speeds = [r["tokens_per_second"] for r in self.train if "tokens_per_second" in r]
         metrics = {
             "steps": trainer.global_step,
             "parameters": num_parameters(pl_module.model),
             "tokens_per_second": speeds[-1] if speeds else None,
-            "validation": {c: final.get(c) for c in VALIDATION_COLUMNS},
-            "validation_at_start": {c: first.get(c) for c in VALIDATION_COLUMNS},
+            "validation": None,  # no number at all rather than a 0.0 that reads as a perfect loss
+            "validation_at_start": None,
         }
+        if self.validation:
+            metrics["validation"] = {c: self.validation[-1][c] for c in VALIDATION_COLUMNS}
+            metrics["validation_at_start"] = {c: self.validation[0][c] for c in VALIDATION_COLUMNS}
+        else:
+            metrics["note"] = _no_validation(trainer)
         with open(os.path.join(self.folder, "metrics.json"), "w", encoding="utf-8") as f:
             json.dump(metrics, f, indent=2, sort_keys=True)
             f.write("\n")
@@ -105,14 +140,16 @@ class PretrainingReport(L.Callback):
         if not os.path.exists(self._path(name)):
             return []
         with open(self._path(name), newline="", encoding="utf-8") as f:
-            return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+            # int(float()): files of earlier versions wrote some steps as "5.0"
+            return [
+                {k: int(float(v)) if k == "step" else float(v) for k, v in row.items() if v != ""}
+                for row in csv.DictReader(f)
+            ]
 
     def _write(self) -> None:
         os.makedirs(os.path.join(self.folder, "curves"), exist_ok=True)
-        for name, rows in (("train", self.train), ("validation", self.validation)):
-            if not rows:
-                continue
-            columns = list(dict.fromkeys(k for r in rows for k in r))
+        # Written even without rows (a header only): a stale file of an earlier run must not stand in for them.
+        for name, rows, columns in (("train", self.train, TRAIN_CSV), ("validation", self.validation, VALIDATION_CSV)):
             with open(self._path(name), "w", newline="", encoding="utf-8") as f:
                 writer = csv.DictWriter(f, columns)
                 writer.writeheader()
