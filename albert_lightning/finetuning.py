@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,7 +22,7 @@ from albert_lightning.model import AlbertConfig, AlbertForPreTraining, AlbertMod
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.sharding import shard_albert
 from pipelines.textnorm import Normalizer
-from pipelines.vocab_layout import CLS_ID, SEP_ID
+from pipelines.vocab_layout import CLS_ID, SEP_ID, load_spiece
 
 __all__ = ["AlbertFineTuning", "Encoder", "load_encoder", "random_encoder"]
 
@@ -69,7 +68,7 @@ class Encoder:
     """Text → ``[CLS] A [SEP] B [SEP]`` ids, as the pretraining pipeline encodes (same normalisation, same pieces)."""
 
     def __init__(self, spiece: str | Path, max_seq_length: int, normalizer: Normalizer | None = None) -> None:
-        self.sp = spm.SentencePieceProcessor(model_file=str(spiece))
+        self.sp = load_spiece(spiece)  # refuses a vocabulary whose [CLS]/[SEP]/[MASK] ids are not ALBERT's
         self.max_seq_length = max_seq_length
         self.normalize = normalizer or Normalizer()
 

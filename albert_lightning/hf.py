@@ -11,21 +11,24 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import uuid
 import warnings
 from dataclasses import fields
 from pathlib import Path
 
+import sentencepiece
 import torch
 from safetensors.torch import load_file, save_file
 
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
 
 __all__ = ["export_hf", "hf_config", "import_hf"]
 
 # ALBERT's special-token layout (DESIGN.md §2), as AlbertTokenizer names them.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
 SPECIAL_TOKENS |= {"mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}
-SPECIAL_IDS = {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+SPECIAL_IDS = {piece: i for i, piece in enumerate(SPECIAL_PIECES)}
 # Buffers that transformers < 4.31 saved with the weights; they carry nothing.
 _IGNORED = {"albert.embeddings.position_ids", "albert.embeddings.token_type_ids"}
 # Released checkpoints are AlbertForMaskedLM: no SOP head, and no pooler when saved by transformers >= 4.
@@ -76,8 +79,32 @@ def export_hf(
     """
     if config != model.config:
         raise ValueError(f"export_hf: config {config} is not the model's {model.config}")
+    sp = None if spiece_model is None else _checked_spiece(Path(spiece_model), config.vocab_size)
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    # Written beside the target and renamed when complete: a failed export never leaves a folder that looks
+    # like a model (config.json + weights without their tokenizer, say).
+    tmp = folder.with_name(f".tmp-{uuid.uuid4().hex}-{folder.name}")
+    tmp.mkdir(parents=True)
+    try:
+        _write_model(model, config, tmp)
+        if sp is not None:
+            _write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings)
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _checked_spiece(path: Path, vocab_size: int) -> sentencepiece.SentencePieceProcessor:
+    sp = load_spiece(path)  # ALBERT's id layout, or an error naming the file and the wrong id
+    if sp.get_piece_size() != vocab_size:
+        raise ValueError(f"{path}: {sp.get_piece_size()} pieces, but the checkpoint's vocab_size is {vocab_size}")
+    return sp
+
+
+def _write_model(model: AlbertForPreTraining, config: AlbertConfig, folder: Path) -> None:
     weights = {
         name: tensor.detach().cpu().contiguous()
         for name, tensor in model.state_dict().items()
@@ -86,9 +113,6 @@ def export_hf(
     hf = hf_config(config, weights["albert.embeddings.word_embeddings.weight"].dtype)
     (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    if spiece_model is not None:
-        _write_tokenizer(Path(spiece_model), folder, config.max_position_embeddings)
-    return folder
 
 
 def import_hf(folder: str | Path) -> AlbertForPreTraining:
@@ -159,18 +183,14 @@ def _read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     raise FileNotFoundError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
 
 
-def _write_tokenizer(spiece_model: Path, folder: Path, max_length: int) -> None:
+def _write_tokenizer(
+    sp: sentencepiece.SentencePieceProcessor, spiece_model: Path, folder: Path, max_length: int
+) -> None:
     """Copies spiece.model and writes tokenizer_config.json, special_tokens_map.json and tokenizer.json.
 
     tokenizer.json spares transformers from parsing spiece.model with protobuf, which fails when the protobuf
     runtime is older than sentencepiece's generated code (protobuf 6 with sentencepiece 0.2.3, as here).
     """
-    import sentencepiece  # runtime dependency, but only the export needs it here
-
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(spiece_model))
-    ids = {piece: sp.piece_to_id(piece) for piece in SPECIAL_IDS}
-    if ids != SPECIAL_IDS:
-        raise ValueError(f"{spiece_model}: special ids {ids} are not ALBERT's layout {SPECIAL_IDS}")
     shutil.copyfile(spiece_model, folder / "spiece.model")
     settings = {"do_lower_case": True, "keep_accents": False, "remove_space": True, "model_max_length": max_length}
     tokenizer_config = {"tokenizer_class": "AlbertTokenizer", **settings, **SPECIAL_TOKENS}

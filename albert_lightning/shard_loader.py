@@ -19,13 +19,13 @@ from typing import Any
 import lightning as L
 import numpy as np
 import pyarrow as pa
-import sentencepiece as spm
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from pipelines.masking import MaskingConfig, TokenClasses, mask_batch
 from pipelines.seeding import mix_keys, stable_hash64
 from pipelines.shards import SPIECE, Manifest
+from pipelines.vocab_layout import load_spiece
 
 __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
 
@@ -93,7 +93,10 @@ class _Shard:
     """One memory-mapped shard as flat numpy views: row i of a list column is values[offsets[i]:offsets[i+1]]."""
 
     def __init__(self, path: str) -> None:
-        table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all().combine_chunks()
+        try:
+            table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all().combine_chunks()
+        except (pa.ArrowInvalid, OSError) as err:  # changed since the manifest was checked
+            raise ValueError(f"{path}: not a readable Arrow shard ({err}); rerun the instances stage") from err
         self.rows = table.num_rows
         self.lists = {}
         for name in LIST_COLUMNS:
@@ -111,15 +114,20 @@ class ShardDataset(Dataset):
     whole batch, gives ``Rows`` and masks them in one call.
     """
 
-    def __init__(self, folder: str | os.PathLike, split: str, masking: str = "static", seed: int = 0) -> None:
+    def __init__(
+        self, folder: str | os.PathLike, split: str, masking: str = "static", seed: int = 0, verify: bool = True
+    ) -> None:
         if masking not in MASKING_MODES:
             raise ValueError(f"masking={masking!r}: choose one of {MASKING_MODES}")
-        self.manifest = Manifest.read(folder)
+        # verify: every shard's size and sha256 against the manifest, and the vocabulary's id layout.
+        self.manifest = Manifest.read(folder, verify=verify)
         self.paths = self.manifest.paths(folder, split)
         self.counts = np.array([s.rows for s in self.manifest.split(split)], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])
         self.masking, self.seed = masking, seed
         self.spiece = os.path.join(folder, SPIECE)
+        if verify:
+            load_spiece(self.spiece)
         params = self.manifest.params
         self.masking_config = MaskingConfig(
             params["masked_lm_prob"], params["max_predictions_per_seq"], params["ngram"], params["favor_shorter_ngram"]
@@ -133,7 +141,7 @@ class ShardDataset(Dataset):
 
     def _open(self) -> None:
         self._shards = [_Shard(p) for p in self.paths]
-        sp = spm.SentencePieceProcessor(model_file=self.spiece)
+        sp = load_spiece(self.spiece)
         self._classes = TokenClasses.from_pieces([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
 
     def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
@@ -277,7 +285,11 @@ class ShardDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.data_dir, self.batch_size, self.masking = data_dir, batch_size, masking
         self.seed, self.num_workers = seed, num_workers
-        self.manifest = Manifest.read(data_dir)
+        # Every byte is checked once per process, before training: a truncated or replaced shard fails here, named;
+        # the datasets made for each epoch's loaders then skip the check.
+        self.manifest = ShardDataset(data_dir, "train").manifest
+        if not any(s.rows for s in self.manifest.split("train")):
+            raise ValueError(f"{data_dir}: the manifest lists no training rows; is the corpus large enough?")
         self._train_sampler: EpochBatchSampler | None = None
         self._position = {"epoch": 0, "batches": 0}  # batches of the current epoch seen by training_step
         self._resume: dict[str, int] | None = None
@@ -299,7 +311,7 @@ class ShardDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        dataset = ShardDataset(self.data_dir, "train", self.masking, self.seed)
+        dataset = ShardDataset(self.data_dir, "train", self.masking, self.seed, verify=False)
         rank, world = self._rank_world()
         self._train_sampler = EpochBatchSampler(len(dataset), self.batch_size, rank, world, self.seed)
         if self._resume is not None:
@@ -308,7 +320,7 @@ class ShardDataModule(L.LightningDataModule):
         return self._loader(dataset, self._train_sampler)
 
     def val_dataloader(self) -> DataLoader:
-        dataset = ShardDataset(self.data_dir, "validation", "static", self.seed)
+        dataset = ShardDataset(self.data_dir, "validation", "static", self.seed, verify=False)
         rank, world = self._rank_world()
         sampler = EpochBatchSampler(len(dataset), self.batch_size, rank, world, shuffle=False, drop_last=False)
         return self._loader(dataset, sampler)

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import sentencepiece as spm
 from apache_beam.metrics import Metrics
 
+from pipelines.commands import main
 from pipelines.files import (
     delete_if_exists,
+    delete_matching,
     join,
     match_paths,
     read_bytes,
@@ -51,6 +52,7 @@ from pipelines.shards import (
     sorted_by_key,
 )
 from pipelines.sop import PairConfig, randint
+from pipelines.vocab_layout import spiece_from_proto
 
 __all__ = ["BuildInstances", "InstancesConfig", "run"]
 
@@ -89,7 +91,7 @@ class _BuildShardsFn(beam.DoFn):
         self.masked = Metrics.counter(self.__class__, "masked_tokens")
 
     def setup(self) -> None:
-        self.sp = spm.SentencePieceProcessor(model_proto=read_bytes(self.spiece))
+        self.sp = spiece_from_proto(read_bytes(self.spiece), self.spiece)
         pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.classes = TokenClasses.from_pieces(pieces)
         self.schema = shard_schema(len(pieces), self.config.max_seq_length)
@@ -210,6 +212,15 @@ def _write_shard_index(infos: list[ShardInfo], output: str) -> None:
     write_json_atomically(join(output, SHARD_INDEX), ordered)
 
 
+def _check_not_empty(shards: list[ShardInfo], input_folder: str, config: InstancesConfig, counters: dict) -> None:
+    rows = {split: sum(s.rows for s in shards if s.split == split) for split in ("train", "validation")}
+    if (config.dupe_factor > 0 and not rows["train"]) or not sum(rows.values()):
+        raise ValueError(
+            f"{input_folder}: no {'training ' if config.dupe_factor else ''}instances from "
+            f"{counters.get('documents', 0)} documents; is the corpus empty or too small?"
+        )
+
+
 def run(argv: list[str] | None = None) -> Manifest:
     """Runs the stage; returns the manifest it wrote last."""
     args = parse_stage_args(
@@ -220,9 +231,13 @@ def run(argv: list[str] | None = None) -> Manifest:
         __doc__,
     )
     config, input_folder, spiece, output = args.config, *args.paths.values()
-    config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
     files = _sentence_files(input_folder)
-    delete_if_exists(join(output, MANIFEST))  # a folder without a manifest is never taken for a complete one
+    spiece_bytes = read_bytes(spiece)
+    vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
+    config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
+    # The manifest first (a folder without one is never taken for a complete one), then stale shards of an
+    # earlier run with more files and the temporary files of a killed one, so the folder holds this run alone.
+    delete_matching(output, [MANIFEST, "*.arrow", SHARD_INDEX, SPIECE, ".tmp-*"])
     pipeline = beam.Pipeline(options=args.beam)
     _ = (
         pipeline
@@ -232,7 +247,6 @@ def run(argv: list[str] | None = None) -> Manifest:
         | "WriteShardIndex" >> beam.Map(_write_shard_index, output)
     )
     counters = run_and_count(pipeline)
-    spiece_bytes = read_bytes(spiece)
     write_bytes_atomically(join(output, SPIECE), spiece_bytes)
     # The workers' own entries (hashes of the bytes they wrote): the shards are not read again here, which on
     # Dataflow would mean downloading all of them to the launching machine.
@@ -241,7 +255,7 @@ def run(argv: list[str] | None = None) -> Manifest:
     expected = {shard_name(split, i, len(files)) for split in ("train", "validation") for i in range(len(files))}
     if {s.file for s in shards} != expected:
         raise RuntimeError(f"{output}: the pipeline wrote {len(shards)} shards, expected {len(expected)}")
-    vocab_size = spm.SentencePieceProcessor(model_proto=spiece_bytes).get_piece_size()
+    _check_not_empty(shards, input_folder, config, counters)
     manifest = Manifest(
         SCHEMA_VERSION,
         shards,
@@ -256,4 +270,4 @@ def run(argv: list[str] | None = None) -> Manifest:
 
 
 if __name__ == "__main__":
-    run()
+    main(run, "instances", beam=True)

@@ -171,12 +171,18 @@ class Manifest:
         body["shards"] = [ShardInfo(**s) for s in body["shards"]]
         manifest = cls(**body)
         if verify:
-            for shard in manifest.shards:
-                shard_path = os.path.join(folder, shard.file)
-                if not os.path.exists(shard_path):
-                    raise FileNotFoundError(f"{shard_path}: listed in {path} but missing")
-                with open(shard_path, "rb") as f:
-                    digest = hashlib.file_digest(f, "sha256").hexdigest()
-                if os.path.getsize(shard_path) != shard.bytes or digest != shard.sha256:
-                    raise ValueError(f"{shard_path}: size or sha256 differs from {path}")
+            files = [(s.file, s.bytes, s.sha256) for s in manifest.shards]
+            for name, size, sha256 in [*files, (SPIECE, None, manifest.spiece_sha256)]:
+                _check_file(os.path.join(folder, name), size, sha256, path)
         return manifest
+
+
+def _check_file(path: str, size: int | None, sha256: str, manifest: str) -> None:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: listed in {manifest} but missing; rerun the instances stage")
+    actual = os.path.getsize(path)
+    if size is not None and actual != size:
+        raise ValueError(f"{path}: {actual} bytes, {manifest} says {size} (truncated?); rerun the instances stage")
+    with open(path, "rb") as f:
+        if hashlib.file_digest(f, "sha256").hexdigest() != sha256:
+            raise ValueError(f"{path}: sha256 differs from {manifest} (changed after it was written)")

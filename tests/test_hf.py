@@ -165,9 +165,9 @@ def spiece_model(tmp_path_factory) -> str:
 def test_exported_tokenizer_matches_sentencepiece_on_normalised_text(tmp_path, spiece_model):
     import sentencepiece
 
-    model = tiny()
-    export_hf(model, model.config, tmp_path, spiece_model=spiece_model)
-    tokenizer = transformers.AlbertTokenizer.from_pretrained(tmp_path)
+    model = tiny(vocab_size=60)  # the vocabulary's size: export refuses any other
+    export_hf(model, model.config, tmp_path / "export", spiece_model=spiece_model)
+    tokenizer = transformers.AlbertTokenizer.from_pretrained(tmp_path / "export")
     sp = sentencepiece.SentencePieceProcessor(model_file=spiece_model)
     for text in SENTENCES:
         ids = sp.encode(Normalizer()(text))

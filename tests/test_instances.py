@@ -236,3 +236,25 @@ def test_chinese_text_is_masked_character_by_character(tmp_path: Path) -> None:
                 assert end - first == 1 + (pieces[0] == "▁"), pieces
                 cjk_words += 1
     assert cjk_words > 1000
+
+
+def test_a_rerun_removes_stale_shards_and_what_a_killed_run_left(pipeline_run: PipelineRun, tmp_path: Path) -> None:
+    output = tmp_path / "shards"
+    output.mkdir()
+    leftovers = [".tmp-0123abcd-train-00000-of-00001.arrow", "train-00009-of-00010.arrow", ".shard-index.json"]
+    for name in leftovers:
+        (output / name).write_bytes(b"from a run killed with -9, or an earlier run with more files")
+    run_instances(pipeline_run, output, *LOCAL)
+    manifest = Manifest.read(output, verify=True)
+    assert sorted(p.name for p in output.iterdir()) == sorted([MANIFEST, SPIECE, *(s.file for s in manifest.shards)])
+
+
+def test_no_sentences_is_an_error_not_an_empty_shard_folder(pipeline_run: PipelineRun, tmp_path: Path) -> None:
+    from pipelines.documents import SENTENCES_SCHEMA, file_name
+    from pipelines.files import write_parquet_atomically
+
+    empty = tmp_path / "sentences"  # as a segment stage whose documents were all empty would have written
+    write_parquet_atomically(str(empty / file_name("sentences", 0, 1)), SENTENCES_SCHEMA.empty_table())
+    with pytest.raises(ValueError, match=rf"{empty}: no training instances from 0 documents"):
+        run_instances(PipelineRun(pipeline_run.corpus, empty, pipeline_run.vocab, pipeline_run.shards), tmp_path / "o")
+    assert not (tmp_path / "o" / MANIFEST).exists()
