@@ -42,6 +42,8 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines import files
 
+log = logging.getLogger(__name__)
+
 __all__ = ["FORMATS", "Source", "plan_sources", "read_records"]
 
 FORMATS = ("auto", "bert", "text", "jsonl", "parquet")
@@ -180,7 +182,7 @@ def _warn_if_json_lines(path: str, lines: list[str]) -> None:
     # Read as text, a JSON Lines file becomes one document of JSON syntax: legal, but surely not what was meant.
     filled = [line.strip() for line in lines if line.strip()]
     if filled and all(line.startswith("{") and line.endswith("}") for line in filled):
-        logging.warning(
+        log.warning(
             "%s: every line looks like JSON; read as plain text, the JSON syntax becomes the document's text. "
             "If it is JSON Lines, give --format jsonl",
             path,

@@ -246,7 +246,7 @@ def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters:
         "config": dataclasses.asdict(config),
     }
     files.write_json_atomically(files.join(out, "stats.json"), stats)
-    logging.info("vocab: %d pieces from %d sentences", stats["vocab_size"], stats["sampled_sentences"])
+    log.info("vocab: %d pieces from %d sentences", stats["vocab_size"], stats["sampled_sentences"])
     return stats
 
 

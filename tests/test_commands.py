@@ -30,14 +30,19 @@ def test_the_error_line_is_the_raised_message_without_beams_wrapping():
     )
 
 
+def _corpus_stage(inputs: Path, output: Path) -> subprocess.CompletedProcess:
+    """The corpus stage as a user runs it, on two SDK worker processes (whose output is the noise)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    command = [sys.executable, "-m", "pipelines.corpus", "--params", os.devnull, "--format", "text"]
+    command += ["--inputs", str(inputs), "--output", str(output), "--direct_num_workers=2"]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
 def test_a_bad_file_read_by_beam_workers_prints_one_line_and_exits_1(tmp_path: Path):
     text = tmp_path / "in" / "a.txt"
     text.parent.mkdir()
     text.write_bytes(b"A first line of text.\n\x00\x01 binary\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
-    command = [sys.executable, "-m", "pipelines.corpus", "--params", os.devnull, "--format", "text"]
-    command += ["--inputs", str(text.parent), "--output", str(tmp_path / "out"), "--direct_num_workers=2"]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    result = _corpus_stage(text.parent, tmp_path / "out")
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr[-3000:]
@@ -45,3 +50,13 @@ def test_a_bad_file_read_by_beam_workers_prints_one_line_and_exits_1(tmp_path: P
     log = Path(lines[0].split("(trace: ")[1].split(",")[0])
     assert "Traceback" in log.read_text() and "NUL" in log.read_text()
     assert not (tmp_path / "out" / "stats.json").exists()
+
+
+def test_a_warning_logged_in_a_beam_worker_is_shown_once_after_the_run(tmp_path: Path):
+    jsonl = tmp_path / "in" / "a.jsonl"
+    jsonl.parent.mkdir()
+    jsonl.write_text('{"text": "A first document, long enough to keep."}\n{"text": "And a second one."}\n')
+    result = _corpus_stage(jsonl.parent, tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"warning: {jsonl}: every line looks like JSON")
