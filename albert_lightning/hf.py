@@ -20,7 +20,7 @@ import sentencepiece
 import torch
 from safetensors.torch import load_file, save_file
 
-from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
 from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
 
 __all__ = ["export_hf", "hf_config", "import_hf"]
@@ -50,7 +50,6 @@ def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32) -> dict:
         "architectures": ["AlbertForPreTraining"],
         "model_type": "albert",
         "num_hidden_groups": groups[config.sharing],
-        "hidden_act": "gelu_new",  # the tanh GELU of model.gelu_new
         "position_embedding_type": "absolute",
         "bos_token_id": SPECIAL_IDS["[CLS]"],
         "eos_token_id": SPECIAL_IDS["[SEP]"],
@@ -158,13 +157,9 @@ def _config_from_hf(hf: dict, path: Path) -> AlbertConfig:
         raise ValueError(f"{path}: model_type {hf['model_type']!r} is not albert")
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{path}: only absolute position embeddings are supported")
-    act = hf.get("hidden_act", "gelu_new")
-    if act == "gelu":  # some v1 configs; the TF original used the tanh form in any case
-        warnings.warn(
-            f"{path}: hidden_act 'gelu' is computed as 'gelu_new' (tanh form); outputs differ slightly", stacklevel=3
-        )
-    elif act != "gelu_new":
-        raise ValueError(f"{path}: hidden_act {act!r} is not supported (only gelu_new)")
+    act = hf.get("hidden_act", "gelu_new")  # transformers' default, and AlbertConfig's, when the key is absent
+    if not isinstance(act, str) or act not in ACTIVATIONS:
+        raise ValueError(f"{path}: hidden_act {act!r} is not supported (only {', '.join(ACTIVATIONS)})")
     names = {f.name for f in fields(AlbertConfig)} - {"sharing"}
     return AlbertConfig(**{k: v for k, v in hf.items() if k in names}, sharing="all")
 
@@ -193,6 +188,9 @@ def _write_tokenizer(
     """
     shutil.copyfile(spiece_model, folder / "spiece.model")
     settings = {"do_lower_case": True, "keep_accents": False, "remove_space": True, "model_max_length": max_length}
+    # AlbertTokenizer's class default (["input_ids", "attention_mask"] in transformers 5) drops token_type_ids, so
+    # model(**tok(a, b)) would read segment B as type 0; listing them makes tok(a, b) return our pipeline's ids.
+    settings["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     tokenizer_config = {"tokenizer_class": "AlbertTokenizer", **settings, **SPECIAL_TOKENS}
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     (folder / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")

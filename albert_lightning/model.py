@@ -10,6 +10,7 @@ Build on the meta device, then ``to_empty`` and ``init_weights()`` (torchtitan's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
+    "ACTIVATIONS",
     "PRESETS",
     "SHARING",
     "TIED_WEIGHTS",
@@ -91,10 +93,15 @@ class AlbertConfig:
     initializer_range: float = 0.02  # std of the normal initialiser
     layer_norm_eps: float = 1e-12  # LayerNorm epsilon (TF and transformers)
     pad_token_id: int = 0  # id of <pad>; written to exported configs, not special inside the model
+    # FFN and MLM-head activation, by transformers' name (see ACTIVATIONS). The default is what every checkpoint
+    # before this field was trained with, so their hyper_parameters keep their meaning.
+    hidden_act: str = "gelu_new"
 
     def __post_init__(self) -> None:
         if self.sharing not in SHARING:
             raise ValueError(f"sharing={self.sharing!r} is not one of {', '.join(map(repr, SHARING))}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act={self.hidden_act!r} is not one of {', '.join(map(repr, ACTIVATIONS))}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of {self.num_attention_heads} heads")
         if self.sharing != "all" and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
@@ -127,8 +134,17 @@ class PreTrainingOutput(NamedTuple):
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
-    """The tanh approximation of GELU: TF ALBERT's "gelu", transformers' "gelu_new"."""
+    """The tanh approximation of GELU: TF ALBERT's "gelu", transformers' "gelu_new" and "gelu_pytorch_tanh"."""
     return F.gelu(x, approximate="tanh")
+
+
+# The activations of released ALBERT checkpoints, under transformers' names so that a config.json round-trips by
+# name. "gelu" is the exact erf form (some v1 configs say it): computing it as the tanh form would change outputs.
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_new": gelu_new,
+    "gelu_pytorch_tanh": gelu_new,
+}
 
 
 class AlbertEmbeddings(nn.Module):
@@ -177,7 +193,7 @@ class AlbertAttention(nn.Module):
 
 
 class AlbertLayer(nn.Module):
-    """One post-LN transformer block: attention, then FFN (H→I→H, gelu_new) with residual and LayerNorm.
+    """One post-LN transformer block: attention, then FFN (H→I→H, hidden_act) with residual and LayerNorm.
 
     The unit that sharing repeats, and the unit that ``sharding.py`` wraps (once per unique instance).
     """
@@ -189,10 +205,11 @@ class AlbertLayer(nn.Module):
         self.ffn_output = nn.Linear(config.intermediate_size, config.hidden_size)
         self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.activation = ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         x = self.attention(x, mask)  # [B, T, H]
-        y = self.ffn_output(gelu_new(self.ffn(x)))  # [B, T, I] inside
+        y = self.ffn_output(self.activation(self.ffn(x)))  # [B, T, I] inside
         return self.full_layer_layer_norm(x + self.dropout(y))
 
 
@@ -277,7 +294,7 @@ class AlbertModel(nn.Module):
 
 
 class AlbertMLMHead(nn.Module):
-    """H→E dense, gelu_new, LayerNorm(E), then the decoder E→V tied to the word embeddings, plus a V bias."""
+    """H→E dense, hidden_act, LayerNorm(E), then the decoder E→V tied to the word embeddings, plus a V bias."""
 
     def __init__(self, config: AlbertConfig) -> None:
         super().__init__()
@@ -288,9 +305,10 @@ class AlbertMLMHead(nn.Module):
         # so that the tied tensor is used inside this module's forward (where a sharding wrapper gathers it).
         self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=False)
         self.decoder.bias = self.bias
+        self.activation = ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.LayerNorm(gelu_new(self.dense(x))))  # [B, P, H] -> [B, P, V]
+        return self.decoder(self.LayerNorm(self.activation(self.dense(x))))  # [B, P, H] -> [B, P, V]
 
 
 class AlbertSOPHead(nn.Module):

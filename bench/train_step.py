@@ -170,7 +170,7 @@ def build_step(kind: str, preset: str, vocab_size: int, batch):
         import transformers
 
         fields = {k: v for k, v in dataclasses.asdict(module.config).items() if k != "sharing"}
-        model = transformers.AlbertForPreTraining(transformers.AlbertConfig(**fields, hidden_act="gelu_new")).train()
+        model = transformers.AlbertForPreTraining(transformers.AlbertConfig(**fields)).train()
         labels = torch.full_like(batch["input_ids"], -100)  # [B, T]: the original token at masked positions
         real = batch["masked_lm_ids"] != -100
         rows = torch.arange(len(labels), device=labels.device)[:, None].expand_as(real)

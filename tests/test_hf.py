@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
+import warnings
 from dataclasses import asdict
 
 import pytest
 import torch
 
 from albert_lightning.export import load_pretraining_checkpoint, main
+from albert_lightning.finetuning import Encoder
 from albert_lightning.hf import export_hf, import_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from pipelines.textnorm import Normalizer
@@ -43,13 +46,18 @@ def padded_batch() -> dict[str, torch.Tensor]:
     return dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
 
 
-def assert_same_outputs(ours: AlbertForPreTraining, theirs) -> None:
-    inputs = padded_batch()
+def assert_same_outputs(ours: AlbertForPreTraining, theirs, inputs: dict | None = None) -> None:
+    inputs = padded_batch() if inputs is None else inputs
     with torch.no_grad():
         expected = theirs.eval()(**inputs)
         got = ours.eval()(**inputs)
-    torch.testing.assert_close(got.prediction_logits, expected.prediction_logits, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(got.sop_logits, expected.sop_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got.prediction_logits, expected.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.sop_logits, expected.sop_logits, atol=1e-5, rtol=1e-5)
+
+
+def transformers_config(config: AlbertConfig, **overrides):
+    fields = {k: v for k, v in asdict(config).items() if k != "sharing"}
+    return transformers.AlbertConfig(**fields | overrides)
 
 
 @pytest.mark.parametrize("overrides", LAYOUTS)
@@ -64,9 +72,8 @@ def test_export_loads_in_transformers_with_no_missing_keys_and_same_outputs(tmp_
 @pytest.mark.parametrize("overrides", LAYOUTS[:2])
 def test_import_reads_a_transformers_folder_with_same_outputs(tmp_path, overrides):
     config = AlbertConfig.preset("tiny", **overrides)
-    fields = {k: v for k, v in asdict(config).items() if k != "sharing"}
     torch.manual_seed(3)
-    theirs = transformers.AlbertForPreTraining(transformers.AlbertConfig(**fields))
+    theirs = transformers.AlbertForPreTraining(transformers_config(config))
     theirs.save_pretrained(tmp_path)
     ours = import_hf(tmp_path)
     assert ours.config == config
@@ -75,8 +82,7 @@ def test_import_reads_a_transformers_folder_with_same_outputs(tmp_path, override
 
 
 def test_import_of_a_masked_lm_checkpoint_keeps_fresh_heads_with_a_warning(tmp_path):
-    fields = {k: v for k, v in asdict(AlbertConfig.preset("tiny")).items() if k != "sharing"}
-    theirs = transformers.AlbertForMaskedLM(transformers.AlbertConfig(**fields)).eval()
+    theirs = transformers.AlbertForMaskedLM(transformers_config(AlbertConfig.preset("tiny"))).eval()
     theirs.save_pretrained(tmp_path)
     with pytest.warns(UserWarning, match="sop_classifier"):
         ours = import_hf(tmp_path)
@@ -178,3 +184,61 @@ def test_exported_tokenizer_matches_sentencepiece_on_normalised_text(tmp_path, s
     assert pair["input_ids"] == [2, *a, 3, *b, 3]
     assert pair["token_type_ids"] == [0] * (len(a) + 2) + [1] * (len(b) + 1)
     assert tokenizer.convert_tokens_to_ids(["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]) == [0, 1, 2, 3, 4]
+
+
+# Real pairs as a GLUE task gives them: punctuation, accents, quotes, runs of spaces, different lengths.
+PAIRS = [
+    (SENTENCES[0], SENTENCES[1]),
+    (SENTENCES[2], "The dog is lazy."),
+    ("Is the café in Zürich?", SENTENCES[0]),
+]
+
+
+@pytest.mark.parametrize("tokenizer_class", ["AlbertTokenizer", "AlbertTokenizerFast", "AutoTokenizer"])
+def test_exported_tokenizer_encodes_pairs_as_we_do_so_transformers_gives_our_logits(
+    tmp_path, spiece_model, tokenizer_class
+):
+    model = tiny(vocab_size=60)
+    folder = export_hf(model, model.config, tmp_path / "export", spiece_model=spiece_model)
+    tokenizer = getattr(transformers, tokenizer_class).from_pretrained(folder)
+    theirs = transformers.AlbertForPreTraining.from_pretrained(folder)
+    encode = Encoder(spiece_model, model.config.max_position_embeddings)
+    for a, b in PAIRS:
+        input_ids, token_type_ids = encode(a, b)
+        ours = dict(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=[1] * len(input_ids))
+        assert dict(tokenizer(a, b)) == ours, (a, b)
+        # What a user writes: the tokenizer's output straight into the model.
+        assert_same_outputs(model, theirs, dict(tokenizer(a, b, return_tensors="pt")))
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new", "gelu_pytorch_tanh"])
+def test_activation_round_trips_by_name_with_the_same_function(tmp_path, hidden_act):
+    # Wide weights put the FFN inputs where erf and tanh GELU differ by far more than the tolerance.
+    config = AlbertConfig.preset("tiny", initializer_range=0.3)
+    torch.manual_seed(4)
+    theirs = transformers.AlbertForPreTraining(transformers_config(config, hidden_act=hidden_act))
+    theirs.save_pretrained(tmp_path / "theirs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the function is kept exactly: nothing to warn about
+        ours = import_hf(tmp_path / "theirs")
+    assert_same_outputs(ours, theirs)
+
+    export_hf(ours, ours.config, tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["hidden_act"] == hidden_act
+    assert_same_outputs(ours, transformers.AlbertForPreTraining.from_pretrained(tmp_path / "ours"))
+
+
+def test_import_refuses_other_activations_naming_the_file(tmp_path):
+    theirs = transformers.AlbertForPreTraining(transformers_config(AlbertConfig.preset("tiny"), hidden_act="relu"))
+    theirs.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"config\.json: hidden_act 'relu' is not supported"):
+        import_hf(tmp_path)
+
+
+def test_checkpoint_saved_before_hidden_act_existed_loads_with_the_tanh_gelu_it_was_trained_with(tmp_path):
+    model = tiny()
+    lightning_checkpoint(model, tmp_path / "old.ckpt")
+    checkpoint = torch.load(tmp_path / "old.ckpt", weights_only=True)
+    del checkpoint["hyper_parameters"]["config"]["hidden_act"]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    assert load_pretraining_checkpoint(tmp_path / "old.ckpt").config == model.config  # hidden_act="gelu_new"
