@@ -5,15 +5,17 @@ scores and the median gain with its bootstrap interval (``bootstrap.py``). ``wri
 ``metrics.json`` (what ``dvc metrics show`` lists and ``report.py`` reads), ``report.md``,
 ``learning_curve.csv`` (``dvc plots show``) and ``learning_curve.png``. Numbers are rounded to 4 decimals so
 the files are stable. ``write_predictions`` and ``read_predictions`` are both sides of the per-example
-predictions files (``predictions/<task>/<split>.jsonl``), which the ablation report pairs runs on. No torch.
+predictions files (``predictions/<task>/<split>.jsonl``), which the ablation report pairs runs on;
+``write_submission`` writes a GLUE leaderboard file. Every file is renamed into place whole. No torch.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +28,14 @@ from albert_lightning.tasks import TaskSpec
 
 __all__ = [
     "DevPredictions",
+    "SplitPredictions",
     "curve_rows",
     "markdown_table",
     "read_predictions",
     "summarise",
     "write_predictions",
     "write_report",
+    "write_submission",
 ]
 
 STARTS = ("pretrained", "random_init")
@@ -41,6 +45,29 @@ PREDICTION_DIGITS = 6  # regression predictions: far below any score's 4th decim
 
 def _round(value: float) -> float:
     return round(float(value), DIGITS) + 0.0  # + 0.0: -0.0 would print as "-0.0"
+
+
+def _write_all(writers: dict[Path, Callable[[Path], None]]) -> None:
+    """Has each writer write its file under a temporary name beside it, then renames them all into place.
+
+    A reader never sees half a file, and a failure before the renames (a report that cannot be drawn, a full
+    disk) leaves the previous files as they were: after a crash the folder holds the last complete results.
+    """
+    temporary = {path: path.with_name(f".{path.name}.tmp") for path in writers}
+    try:
+        for path, write in writers.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(temporary[path])
+        for path, temp in temporary.items():
+            os.replace(temp, path)
+    finally:
+        for temp in temporary.values():
+            temp.unlink(missing_ok=True)
+
+
+def _text(text: str) -> Callable[[Path], None]:
+    # newline="": the text is written as built (the csv module's own \r\n line ends stay as they were)
+    return lambda path: path.write_text(text, encoding="utf-8", newline="")
 
 
 def summarise(
@@ -90,39 +117,67 @@ class DevPredictions:
     starts: dict[str, dict[str, list[list]]]  # "pretrained" → "512" → [S][N]
 
 
-def _value(spec: TaskSpec, value: Any) -> str | float:
+@dataclass(frozen=True)
+class SplitPredictions:
+    """One fine-tuned model's outputs on one split, per example: its prediction and the score behind it."""
+
+    values: list  # label ids, or values for regression
+    scores: list[float]  # the predicted label's probability; for regression the value itself
+
+
+def _value(spec: TaskSpec, value: Any) -> str | float | None:
     """A label id as its label string, a regression score as a rounded float: what a reader can check by eye."""
+    if value is None:  # an unlabelled test example
+        return None
     if spec.kind == "regression":
         return round(float(value), PREDICTION_DIGITS)
     return spec.labels[int(value)]
 
 
 def write_predictions(
-    path: str | Path, spec: TaskSpec, references: Sequence, predictions: dict[str, dict[str, list[list]]]
+    path: str | Path,
+    spec: TaskSpec,
+    references: Sequence,
+    predictions: dict[str, dict[str, list[list]]],
+    audited: SplitPredictions,
+    ids: Sequence | None = None,
 ) -> None:
-    """Writes one line per dev example, in dev order, with every fine-tuned run's prediction for it.
+    """Writes one line per example of a split, in file order: the audited run's prediction and every run's.
 
-    A line is ``{"index": i, "id": null, "label": gold, "pretrained": {"<train size>": [one per seed]},
-    "random_init": {...}}`` (``random_init`` only when it ran). ``id`` is null because the task readers keep
-    no example ids (tasks.py); ``index`` is the example's position among the split's data rows.
+    A line is ``{"index": i, "id": the file's id or null, "label": gold or null, "prediction": p, "score": s,
+    "pretrained": {"<train size>": [one per seed]}, "random_init": {...}}``. ``prediction`` and ``score`` are the
+    audited run's (``evaluate.py`` says which run that is); the per-start entries hold every run that was scored
+    on the split (dev splits; none for test splits, which only the audited run predicts). ``index`` is the
+    example's position among the split's data rows.
 
     Args:
         path: The ``.jsonl`` file; its folder is created.
         spec: The task: label ids are written as its label strings.
-        references: The dev label ids (or scores) [N].
+        references: The gold label ids (or scores) [N], None where the file has no label.
         predictions: Train size → start → one list of N predictions per seed, seeds in the same order.
+        audited: The audited run's predictions and scores [N].
+        ids: Each example's id in its file [N] (None without an id column); all None if not given.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     starts = [s for s in STARTS if any(s in by_start for by_start in predictions.values())]
-    with open(path, "w", encoding="utf-8") as f:
-        for i, gold in enumerate(references):
-            line: dict[str, Any] = {"index": i, "id": None, "label": _value(spec, gold)}
-            for start in starts:
-                line[start] = {
-                    size: [_value(spec, row[i]) for row in by_start[start]] for size, by_start in predictions.items()
-                }
-            f.write(json.dumps(line) + "\n")
+    lines = []
+    for i, gold in enumerate(references):
+        line: dict[str, Any] = {"index": i, "id": None if ids is None else ids[i], "label": _value(spec, gold)}
+        line["prediction"] = _value(spec, audited.values[i])
+        line["score"] = round(float(audited.scores[i]), PREDICTION_DIGITS)
+        for start in starts:
+            line[start] = {
+                size: [_value(spec, row[i]) for row in by_start[start]] for size, by_start in predictions.items()
+            }
+        lines.append(json.dumps(line) + "\n")
+    _write_all({Path(path): _text("".join(lines))})
+
+
+def write_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Sequence) -> None:
+    """Writes a GLUE leaderboard file: ``index\tprediction``, then per test example in file order its index (the
+    file's own, or its position without one) and its label string (a float for STS-B)."""
+    rows = [f"{i if example_id is None else example_id}\t{_value(spec, v)}" for i, (example_id, v) in
+            enumerate(zip(ids, values, strict=True))]  # fmt: skip
+    _write_all({Path(path): _text("\n".join(["index\tprediction", *rows]) + "\n")})
 
 
 def read_predictions(path: str | Path) -> DevPredictions:
@@ -196,7 +251,7 @@ def curve_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(report: dict[str, Any], path: str) -> None:
+def _plot(report: dict[str, Any], path: str | Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on CI or under dvc repro
@@ -217,22 +272,26 @@ def _plot(report: dict[str, Any], path: str) -> None:
         axis.set(xscale="log", title=f"{name} ({split})", xlabel="train examples", ylabel=f"dev {metric}")
         axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=100, format="png")  # format: the file is written under a temporary name first
     plt.close(figure)
 
 
 def write_report(report: dict[str, Any], output: str) -> str:
-    """Writes metrics.json, report.md, learning_curve.csv and learning_curve.png to ``output``; returns report.md."""
-    os.makedirs(output, exist_ok=True)
-    with open(os.path.join(output, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, sort_keys=True)
-        f.write("\n")
+    """Writes metrics.json, report.md, learning_curve.csv and learning_curve.png to ``output``; returns report.md.
+
+    The four files are replaced together (``_write_all``): ``evaluate`` rewrites them after every task, and a
+    failure while writing leaves the previous complete set.
+    """
     table = markdown_table(report)
-    with open(os.path.join(output, "report.md"), "w", encoding="utf-8") as f:
-        f.write(table)
-    with open(os.path.join(output, "learning_curve.csv"), "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, ["task", "train_examples", *STARTS, "majority"])
-        writer.writeheader()
-        writer.writerows(curve_rows(report))
-    _plot(report, os.path.join(output, "learning_curve.png"))
+    curve = io.StringIO()
+    writer = csv.DictWriter(curve, ["task", "train_examples", *STARTS, "majority"])
+    writer.writeheader()
+    writer.writerows(curve_rows(report))
+    folder = Path(output)
+    _write_all({
+        folder / "metrics.json": _text(json.dumps(report, indent=2, sort_keys=True) + "\n"),
+        folder / "report.md": _text(table),
+        folder / "learning_curve.csv": _text(curve.getvalue()),
+        folder / "learning_curve.png": lambda path: _plot(report, path),
+    })  # fmt: skip
     return table

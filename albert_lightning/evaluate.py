@@ -6,9 +6,14 @@ the same examples in the same order; the report gives both starts' medians over 
 bootstrap interval over seeds and dev examples, and (c) the majority class (or train mean). Plus intrinsic
 scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
 columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
-``data/tasks/*``, or your own) or GLUE task names read from ``glue_dir``. Knobs: the ``evaluate`` section of
-``params.yaml``, each also a ``--flag``. Outputs: see ``eval_report.py``; every dev prediction of every run
-lands in ``predictions/<task>/<split>.jsonl``, so a score can be checked by hand and runs compared pairwise.
+``data/tasks/*``, or your own) or GLUE task names (GLUE's or Hugging Face's spelling) read from ``glue_dir``.
+Knobs: the ``evaluate`` section of ``params.yaml``, each also a ``--flag``.
+
+Every input (vocabulary, checkpoint, every file of every task) is read before the first fine-tuning, and the
+outputs (see ``eval_report.py``) are rewritten after each task, so a failure keeps the tasks already done. Every
+dev prediction of every run lands in ``predictions/<task>/<split>.jsonl``, so a score can be checked by hand and
+runs compared pairwise; one audited run (``evaluate_task`` says which) also predicts the test splits, whose
+predictions files and, for GLUE, leaderboard files (``glue_submission/``) it writes.
 """
 
 from __future__ import annotations
@@ -24,17 +29,17 @@ import lightning as L
 import torch
 import yaml
 
-from albert_lightning.eval_report import summarise, write_predictions, write_report
+from albert_lightning.eval_report import SplitPredictions, summarise, write_predictions, write_report, write_submission
 from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_encoder, make_loader, random_encoder
 from albert_lightning.metrics import majority_baseline
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.shard_loader import ShardDataset, collate
 from albert_lightning.sharding import FSDP2Strategy
 from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
-from albert_lightning.tasks import GLUE_TASKS, TaskSpec, generic_task, label_ids, load_split
+from albert_lightning.tasks import SplitFile, TaskDataError, TaskSpec, label_ids, resolve_task, run_splits
 from pipelines.commands import main as run_command
 
-__all__ = ["EvaluateConfig", "evaluate_task", "intrinsic_scores", "main"]
+__all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main"]
 
 
 @dataclasses.dataclass
@@ -71,27 +76,44 @@ class TaskData:
     spec: TaskSpec
     train: Encoded
     devs: dict[str, Encoded]  # dev split name → examples
+    tests: dict[str, Encoded]  # test split name → examples, label None where the file has none
+    ids: dict[str, list]  # split → each example's id in its file (None without an id column)
+    files: dict[str, SplitFile]  # split → where it was read from
 
 
-def _task(name: str, config: EvaluateConfig) -> tuple[TaskSpec, Path]:
-    if name in GLUE_TASKS:
-        if config.glue_dir is None:
-            raise ValueError(f"task {name!r} is a GLUE task: set evaluate.glue_dir to the folder holding {name}/")
-        return GLUE_TASKS[name], Path(config.glue_dir) / name
-    return generic_task(name), Path(name)
+def check_task(name: str, config: EvaluateConfig) -> dict[str, SplitFile]:
+    """Reads every file a run of task ``name`` reads, so that a missing or malformed one fails before any
+    fine-tuning; returns the files by split.
+
+    Raises:
+        TaskDataError: An unknown name (with the name probably meant), or a file problem, naming task and file.
+    """
+    spec, folder = resolve_task(name, config.glue_dir)
+    files = run_splits(spec, folder)
+    try:
+        for file in files.values():
+            file.load()
+    except TaskDataError as e:
+        raise TaskDataError(f"task {spec.name}: {e}") from e
+    return files
 
 
-def _encode(spec: TaskSpec, folder: Path, split: str, encoder: Encoder) -> Encoded:
-    examples = load_split(spec, folder, split)
-    labels = label_ids(spec, examples)
-    return [(*encoder(e.text_a, e.text_b), label) for e, label in zip(examples, labels, strict=True)]
+def _encode(file: SplitFile, encoder: Encoder) -> tuple[Encoded, list]:
+    examples = file.load()
+    labelled = all(e.label is not None for e in examples)  # GLUE's test files have no labels
+    labels = label_ids(file.spec, examples) if labelled else [None] * len(examples)
+    encoded = [(*encoder(e.text_a, e.text_b), label) for e, label in zip(examples, labels, strict=True)]
+    return encoded, [e.id for e in examples]
 
 
-def load_task(name: str, config: EvaluateConfig, encoder: Encoder) -> TaskData:
-    """Reads and encodes a task's train and dev splits."""
-    spec, folder = _task(name, config)
-    devs = {split: _encode(spec, folder, split, encoder) for split in spec.eval_splits}
-    return TaskData(spec, _encode(spec, folder, "train", encoder), devs)
+def load_task(files: dict[str, SplitFile], encoder: Encoder) -> TaskData:
+    """Reads and encodes every split of a task (``check_task``'s files)."""
+    spec = files["train"].spec
+    encoded = {split: _encode(file, encoder) for split, file in files.items()}
+    devs = {split: encoded[split][0] for split in spec.eval_splits}
+    tests = {split: rows for split, (rows, _) in encoded.items() if split != "train" and split not in devs}
+    ids = {split: split_ids for split, (_, split_ids) in encoded.items()}
+    return TaskData(spec, encoded["train"][0], devs, tests, ids, files)
 
 
 def _trainer(config: EvaluateConfig, max_steps: int) -> L.Trainer:
@@ -109,6 +131,13 @@ def _trainer(config: EvaluateConfig, max_steps: int) -> L.Trainer:
     )
 
 
+class _ScoredFineTuning(AlbertFineTuning):
+    """Predicts logits rather than label ids: the predictions files give the predicted label's probability."""
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self(batch)
+
+
 def finetune(
     network: AlbertForPreTraining, spec: TaskSpec, train: Encoded, steps: int, seed: int, config: EvaluateConfig
 ) -> tuple[L.Trainer, AlbertFineTuning]:
@@ -122,16 +151,25 @@ def finetune(
     L.seed_everything(seed, verbose=False)  # before the classifier is drawn: its init and dropout follow the seed
     regression = spec.kind == "regression"
     loader = make_loader(train, config.batch_size, regression, shuffle=True, seed=seed)
-    module = AlbertFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps)
+    module = _ScoredFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps)
     trainer = _trainer(config, steps)
     trainer.fit(module, train_dataloaders=loader)
     return trainer, module
 
 
-def predict(trainer: L.Trainer, module: AlbertFineTuning, spec: TaskSpec, dev: Encoded, config: EvaluateConfig):
-    """Returns the fine-tuned ``module``'s predictions (label ids or scores) on the encoded ``dev`` examples."""
-    loader = make_loader(dev, config.batch_size, spec.kind == "regression", shuffle=False, seed=config.seed)
-    return torch.cat(trainer.predict(module, loader)).tolist()
+def predict(
+    trainer: L.Trainer, module: AlbertFineTuning, spec: TaskSpec, examples: Encoded, config: EvaluateConfig
+) -> SplitPredictions:
+    """Returns the fine-tuned ``module``'s prediction (label id, or value) for each encoded example, and its score."""
+    regression = spec.kind == "regression"
+    # Labels play no part in predicting and test files have none: a placeholder lets every split share one loader.
+    rows = [(ids, types, 0) for ids, types, _ in examples]
+    loader = make_loader(rows, config.batch_size, regression, shuffle=False, seed=config.seed)
+    logits = torch.cat(trainer.predict(module, loader)).float()
+    if regression:
+        return SplitPredictions(logits.tolist(), logits.tolist())
+    labels = logits.argmax(-1)  # from the logits: rounding in softmax could tie two labels
+    return SplitPredictions(labels.tolist(), logits.softmax(-1).gather(-1, labels[:, None])[:, 0].tolist())
 
 
 def _starts(pretrained: AlbertForPreTraining, seed: int, config: EvaluateConfig):
@@ -141,35 +179,66 @@ def _starts(pretrained: AlbertForPreTraining, seed: int, config: EvaluateConfig)
 
 
 def evaluate_size(
-    task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig
-) -> tuple[dict[str, Any], dict[str, dict[str, list]]]:
+    task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig, audit: bool = False
+) -> tuple[dict[str, Any], dict[str, dict[str, list]], dict[str, SplitPredictions]]:
     """Fine-tunes every (seed, start) on ``size`` training examples.
 
     Returns:
-        Each dev split's summary, and each dev split's predictions: start → one list per seed, in seed order.
+        Each dev split's summary; each dev split's predictions: start → one list per seed, in seed order; and
+        with ``audit``, the first seed's pretrained run's predictions on every dev and test split ({} without).
     """
     spec, seeds = task.spec, finetuning_seeds(config.seed, config.seeds)
     steps = finetuning_steps(size, config.epochs, config.batch_size, config.min_steps, config.max_steps)
     predictions: dict[str, dict[str, list]] = {split: {} for split in task.devs}
+    audited: dict[str, SplitPredictions] = {}
     for seed in seeds:
         # The same subset and order for both starts: the gain is a paired comparison.
         train = [task.train[i] for i in train_subset(len(task.train), seed, spec.name, size)]
         for start, network in _starts(pretrained, seed, config):
             trainer, module = finetune(network, spec, train, steps, seed, config)
-            for split, dev in task.devs.items():
-                predictions[split].setdefault(start, []).append(predict(trainer, module, spec, dev, config))
+            chosen = audit and not audited and start == "pretrained"
+            splits = {**task.devs, **task.tests} if chosen else task.devs
+            outputs = {split: predict(trainer, module, spec, rows, config) for split, rows in splits.items()}
+            for split in task.devs:
+                predictions[split].setdefault(start, []).append(outputs[split].values)
+            if chosen:
+                audited = outputs
     summaries = {
         split: summarise(
             spec, [d[-1] for d in task.devs[split]], starts, size, steps, config.bootstrap_resamples, config.seed
         )
         for split, starts in predictions.items()
     }
-    return summaries, predictions
+    return summaries, predictions, audited
 
 
-def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTraining, encoder: Encoder) -> dict:
-    """Returns, per dev split, the majority score and per training-set size the fine-tuned scores of one task."""
-    task = load_task(name, config, encoder)
+def _write_predictions(
+    task: TaskData,
+    predictions: dict[str, dict[str, dict[str, list]]],
+    audited: dict[str, SplitPredictions],
+    output: str,
+) -> None:
+    """Writes every dev and test split's predictions file and, for GLUE's test splits, the leaderboard's file."""
+    for split, rows in {**task.devs, **task.tests}.items():
+        labels, ids = [row[-1] for row in rows], task.ids[split]
+        path = Path(output) / "predictions" / task.spec.name / f"{split}.jsonl"
+        write_predictions(path, task.spec, labels, predictions.get(split, {}), audited[split], ids)
+        submission = task.files[split].submission_file
+        if submission is not None:
+            write_submission(Path(output) / "glue_submission" / submission, task.spec, ids, audited[split].values)
+
+
+def evaluate_task(
+    files: dict[str, SplitFile], config: EvaluateConfig, pretrained: AlbertForPreTraining, encoder: Encoder
+) -> dict:
+    """Returns, per dev split, the majority score and per training-set size the fine-tuned scores of one task.
+
+    Also writes its predictions files (``_write_predictions``). Their ``prediction``/``score`` and the test
+    splits' predictions come from one audited run: the pretrained start's first seed on the largest training set
+    (every example when ``train_sizes`` holds 0): what a single usual fine-tuning is, and one of the runs behind
+    the report's largest-size median. Fixed in advance, not the best seed, so its test scores are not cherry-picked.
+    """
+    task = load_task(files, encoder)
     train_labels = [t[-1] for t in task.train]
     splits: dict[str, dict[str, Any]] = {
         split: {
@@ -180,14 +249,13 @@ def evaluate_task(name: str, config: EvaluateConfig, pretrained: AlbertForPreTra
         for split, dev in task.devs.items()
     }
     predictions: dict[str, dict[str, dict[str, list]]] = {split: {} for split in task.devs}
-    for size in train_sizes(config.train_sizes, len(task.train)):
-        summaries, by_split = evaluate_size(task, size, pretrained, config)
+    sizes = train_sizes(config.train_sizes, len(task.train))
+    for size in sizes:
+        summaries, by_split, audited = evaluate_size(task, size, pretrained, config, audit=size == sizes[-1])
         for split, summary in summaries.items():
             splits[split]["sizes"][str(size)] = summary
             predictions[split][str(size)] = by_split[split]
-    for split, by_size in predictions.items():
-        folder = Path(config.output) / "predictions" / task.spec.name
-        write_predictions(folder / f"{split}.jsonl", task.spec, [d[-1] for d in task.devs[split]], by_size)
+    _write_predictions(task, predictions, audited, config.output)
     # kind and labels: what the ablation report needs to re-score the predictions files without the task folder
     return {
         "task": task.spec.name,
@@ -259,19 +327,32 @@ def _parse(argv: list[str] | None) -> EvaluateConfig:
         with open(params, encoding="utf-8") as f:
             values = dict((yaml.safe_load(f) or {}).get("evaluate") or {})
     values.update(args)
-    return EvaluateConfig(**values)
+    config = EvaluateConfig(**values)
+    if not config.train_sizes:
+        raise ValueError("evaluate.train_sizes is empty: give at least one size (0 for every example)")
+    return config
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Runs every task and the intrinsic scores; writes the outputs and returns ``metrics.json``'s content."""
-    config = _parse(argv)
-    encoder = Encoder(config.spiece, config.max_seq_length)  # the vocabulary is checked before any long work
-    pretrained = load_encoder(config.checkpoint)  # once: fine-tuning copies its weights and leaves it as it was
+def _load_checkpoint(config: EvaluateConfig, encoder: Encoder) -> AlbertForPreTraining:
+    """The pretrained network to fine-tune, checked against the vocabulary it was trained with."""
+    if not os.path.exists(config.checkpoint):  # torch.load's own error would suggest a truncated file
+        raise FileNotFoundError(f"{config.checkpoint}: no checkpoint file or Hugging Face folder there")
+    pretrained = load_encoder(config.checkpoint)
     if encoder.sp.get_piece_size() != pretrained.config.vocab_size:
         raise ValueError(
             f"{config.spiece}: {encoder.sp.get_piece_size()} pieces, but {config.checkpoint} was trained with "
             f"vocab_size {pretrained.config.vocab_size}"
         )
+    return pretrained
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Runs every task and the intrinsic scores; writes the outputs and returns ``metrics.json``'s content."""
+    config = _parse(argv)
+    # Every input is read before the long work, so a bad one fails in seconds, not after hours of earlier tasks.
+    encoder = Encoder(config.spiece, config.max_seq_length)
+    pretrained = _load_checkpoint(config, encoder)  # once: fine-tuning copies its weights and leaves it as it was
+    tasks = [check_task(name, config) for name in config.tasks]
     report = {
         "checkpoint": config.checkpoint,
         "seeds": finetuning_seeds(config.seed, config.seeds),
@@ -281,10 +362,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "tasks": {},
     }
-    for name in config.tasks:
-        result = evaluate_task(name, config, pretrained, encoder)
-        report["tasks"][result["task"]] = result
     table = write_report(report, config.output)
+    for files in tasks:
+        result = evaluate_task(files, config, pretrained, encoder)
+        report["tasks"][result["task"]] = result
+        table = write_report(report, config.output)  # after every task: a later failure keeps these scores
     print(table)
     return report
 

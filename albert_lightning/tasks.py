@@ -3,13 +3,16 @@
 Owns the nine GLUE tasks in their standard distribution layout (``<glue_dir>/<TaskSpec.name>/train.tsv`` …, read as
 the original ``run_classifier.py`` / ALBERT ``classifier_utils.py`` processors do: tab-separated, no quoting) and a
 generic layout for users' own tasks (``generic_task``). Pure Python: no torch, no Beam, so the report and tests use
-it without a model. Every problem in a task file raises ``TaskDataError`` naming the file and line.
+it without a model. Every problem in a task file raises ``TaskDataError`` naming the file and line. ``resolve_task``
+turns a command-line name (GLUE's, Hugging Face's ``sst2``/``stsb``…, or a folder) into a task; ``run_splits`` says
+which files a run reads, and ``GLUE_SUBMISSION_FILES`` what the leaderboard calls each test split's predictions.
 Tests: ``python -m pytest tests/test_tasks.py``.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import logging
 import math
@@ -20,15 +23,22 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "GLUE_DIAGNOSTIC",
+    "GLUE_SUBMISSION_FILES",
     "GLUE_TASKS",
     "METRIC_NAMES",
     "Example",
     "LoadStats",
+    "SplitFile",
     "TaskDataError",
     "TaskSpec",
     "generic_task",
+    "glue_name",
     "label_ids",
     "load_split",
+    "present_splits",
+    "resolve_task",
+    "run_splits",
 ]
 
 log = logging.getLogger(__name__)
@@ -39,6 +49,9 @@ CLASSIFICATION_METRICS = ("accuracy", "f1", "f1_accuracy_mean", "matthews_correl
 REGRESSION_METRICS = ("pearson", "spearman", "pearson_spearman_mean")
 METRIC_NAMES = CLASSIFICATION_METRICS + REGRESSION_METRICS
 GENERIC_KEYS = ("kind", "labels", "text_a", "text_b", "label", "metrics", "primary")
+# An example's id, kept for predictions files and GLUE submissions: GLUE's files call it "index" (QQP "id"), Hugging
+# Face's exports "idx".
+ID_COLUMNS = ("index", "id", "idx")
 
 
 class TaskDataError(ValueError):
@@ -94,6 +107,7 @@ class Example:
     text_b: str | None
     label: str | float | None
     line: int  # 1-based line in its file, for error messages
+    id: Any = None  # the file's own id (an ID_COLUMNS value): a GLUE test file's submission index; None without one
 
 
 @dataclass
@@ -152,6 +166,15 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         TaskSpec("WNLI", "classification", _BINARY, splits=_STD_SPLITS, hparams=_hp(2e-5, 16, 0.1, 2000, 250),
                  **_PAIR, **_ACC),
     )
+}
+# GLUE's diagnostic set (AX): unlabelled NLI pairs in <glue_dir>/diagnostic/, which the leaderboard scores with the
+# MNLI model's predictions; read as a test split of MNLI runs (``run_splits``), never fine-tuned on.
+GLUE_DIAGNOSTIC = TaskSpec("AX", "classification", GLUE_TASKS["MNLI"].labels, splits={"test": "diagnostic.tsv"},
+                           **_PAIR, **_ACC)
+# (task, test split) → the file the leaderboard expects that split's predictions in; a submission zips them.
+GLUE_SUBMISSION_FILES: dict[tuple[str, str], str] = {
+    **{(name, "test"): f"{name}.tsv" for name in GLUE_TASKS if name != "MNLI"},
+    ("MNLI", "test_matched"): "MNLI-m.tsv", ("MNLI", "test_mismatched"): "MNLI-mm.tsv", ("AX", "test"): "AX.tsv",
 }
 # fmt: on
 
@@ -267,7 +290,8 @@ def load_split(spec: TaskSpec, folder: str | Path, split: str, stats: LoadStats 
             raise TaskDataError(f"{where}: null {spec.label_column!r}; expected a label in split {split!r}")
         label = None if value is None else _label(spec, value, where)
         text_b = None if spec.text_b is None else str(record[spec.text_b])
-        examples.append(Example(str(record[spec.text_a]), text_b, label, line))
+        example_id = next((record[c] for c in ID_COLUMNS if c in record), None)
+        examples.append(Example(str(record[spec.text_a]), text_b, label, line, example_id))
     if not examples:
         raise TaskDataError(f"{path}: no examples; expected at least one data row for split {split!r}")
     if stats.skipped_malformed:
@@ -367,3 +391,85 @@ def generic_task(folder: str | Path) -> TaskSpec:
                         text_b=text_b, label_column=label_column)  # fmt: skip
     except ValueError as e:
         raise TaskDataError(f"{folder}: {e}") from e
+
+
+def _glue_key(name: str) -> str:
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def glue_name(name: str) -> str | None:
+    """The GLUE task ``name`` means in any case, with or without GLUE's hyphen (Hugging Face's ``sst2``,
+    ``stsb``, ``cola`` and GLUE's ``SST-2``, ``sts-b``), or None for any other name."""
+    return next((task for task in GLUE_TASKS if _glue_key(task) == _glue_key(name)), None)
+
+
+def _unknown_task(name: str) -> TaskDataError:
+    if _glue_key(name) == "ax":
+        return TaskDataError("AX is scored by the MNLI model: evaluate MNLI with <glue_dir>/diagnostic/diagnostic.tsv")
+    # What a typo was probably meant to be: a GLUE name in either spelling, or a folder beside the one named
+    known = {spelling: task for task in GLUE_TASKS for spelling in (task.lower(), _glue_key(task))}
+    parent = Path(name).parent
+    if len(Path(name).parts) > 1 and parent.is_dir():
+        known.update({str(p).lower(): str(p) for p in parent.iterdir() if p.is_dir()})
+    meant = difflib.get_close_matches(name.lower(), list(known), n=1)
+    hint = f"; did you mean {known[meant[0]]!r}?" if meant else ""
+    return TaskDataError(f"unknown task {name!r}: neither a GLUE task {tuple(GLUE_TASKS)} nor a task folder{hint}")
+
+
+def resolve_task(name: str, glue_dir: str | Path | None) -> tuple[TaskSpec, Path]:
+    """The task a command line names, and its folder.
+
+    Args:
+        name: A GLUE task in GLUE's or Hugging Face's spelling (read from ``glue_dir/<GLUE's name>``), or a task
+            folder in the generic layout (``generic_task``). A folder named like a GLUE task is given as a path
+            (``./cola``).
+        glue_dir: The folder holding GLUE's task folders; None when no GLUE task is wanted.
+
+    Raises:
+        TaskDataError: A GLUE name without ``glue_dir``, or a name that is neither; the message says which known
+            name was probably meant.
+    """
+    glue = glue_name(name)
+    if glue is not None:
+        if glue_dir is None:
+            raise TaskDataError(f"task {name!r} is a GLUE task: set glue_dir to the folder holding {glue}/")
+        return GLUE_TASKS[glue], Path(glue_dir) / glue
+    if not Path(name).is_dir():
+        raise _unknown_task(name)
+    return generic_task(name), Path(name)
+
+
+def present_splits(spec: TaskSpec, folder: str | Path) -> tuple[str, ...]:
+    """The splits of ``spec`` a run reads: train and dev always (reading reports a missing one), test splits only
+    where their file exists: GLUE's test files carry no labels, so users often leave them out."""
+    return tuple(s for s in spec.splits if not s.startswith("test") or (Path(folder) / spec.splits[s]).is_file())
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """Where one split of a run comes from: ``split`` of ``spec`` in ``folder`` (MNLI's "diagnostic" is AX's)."""
+
+    spec: TaskSpec
+    folder: Path
+    split: str
+
+    def load(self) -> list[Example]:
+        """The split's examples (``load_split``)."""
+        return load_split(self.spec, self.folder, self.split)
+
+    @property
+    def submission_file(self) -> str | None:
+        """The GLUE leaderboard's file name for this split's predictions; None but for GLUE's own test files."""
+        glue = self.spec is GLUE_DIAGNOSTIC or GLUE_TASKS.get(self.spec.name) is self.spec
+        return GLUE_SUBMISSION_FILES.get((self.spec.name, self.split)) if glue else None
+
+
+def run_splits(spec: TaskSpec, folder: str | Path) -> dict[str, SplitFile]:
+    """Every split a run of ``spec`` reads (``present_splits``), by name; an MNLI run also predicts GLUE's
+    diagnostic set (split "diagnostic") when ``<glue_dir>/diagnostic/diagnostic.tsv`` is there."""
+    folder = Path(folder)
+    splits = {split: SplitFile(spec, folder, split) for split in present_splits(spec, folder)}
+    diagnostic = folder.parent / "diagnostic"
+    if spec is GLUE_TASKS["MNLI"] and (diagnostic / GLUE_DIAGNOSTIC.splits["test"]).is_file():
+        splits["diagnostic"] = SplitFile(GLUE_DIAGNOSTIC, diagnostic, "test")
+    return splits

@@ -16,16 +16,16 @@ import pytest
 import sentencepiece as spm
 
 from albert_lightning import evaluate
-from albert_lightning.eval_report import read_predictions
+from albert_lightning.eval_report import read_predictions, write_report
 from albert_lightning.finetuning import Encoder
 from albert_lightning.hf import export_hf
 from albert_lightning.metrics import compute_metrics
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.shard_loader import ShardDataset
-from albert_lightning.tasks import GLUE_TASKS, TaskSpec, generic_task
+from albert_lightning.tasks import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
 from pipelines.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
-from tests.test_tasks import write_glue
+from tests.test_tasks import FILES, TEST_FILES, write_glue
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,6 @@ def assert_predictions_reproduce_metrics(report: dict, output: Path, spec: TaskS
         lines = (output / "predictions" / spec.name / f"{split}.jsonl").read_text().splitlines()
         assert len(lines) == scores["examples"]
         assert [json.loads(line)["index"] for line in lines] == list(range(scores["examples"]))
-        assert all(json.loads(line)["id"] is None for line in lines)
         dev = read_predictions(output / "predictions" / spec.name / f"{split}.jsonl")
         assert set(dev.starts) == set(next(iter(scores["sizes"].values()))["seeds"])
         for start, sizes in dev.starts.items():
@@ -175,6 +174,9 @@ def test_same_checkpoint_gives_the_same_bytes_and_a_learning_curve(
     assert_predictions_reproduce_metrics(first, tmp_path / "a", generic_task(toy_task))
     line = json.loads((tmp_path / "a/predictions/toy/dev.jsonl").read_text().splitlines()[1])
     assert line["label"] == "1" and set(line["pretrained"]) == {"4", "12"} and len(line["random_init"]["4"]) == 2
+    # The audited run: the pretrained start's first seed on every training example
+    assert line["id"] is None and line["prediction"] == line["pretrained"]["12"][0] and 0.5 <= line["score"] <= 1
+    assert not (tmp_path / "a/glue_submission").exists()  # no GLUE task with a test file
 
 
 def test_without_random_baseline_only_the_pretrained_scores(
@@ -187,4 +189,134 @@ def test_without_random_baseline_only_the_pretrained_scores(
     assert "| toy | dev (6) | accuracy | 12 | " in (tmp_path / "report.md").read_text()
     assert " | - | - | " in (tmp_path / "report.md").read_text()  # no random init, no gain
     line = json.loads((tmp_path / "predictions/toy/dev.jsonl").read_text().splitlines()[0])
-    assert set(line) == {"index", "id", "label", "pretrained"}  # no random_init when it did not run
+    assert set(line) == {"index", "id", "label", "prediction", "score", "pretrained"}  # no random_init: not run
+
+
+def _no_fine_tuning(*args: object) -> None:
+    raise AssertionError("fine-tuning started before every input was checked")
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing train", r"task MNLI: .*MNLI/train\.tsv: file not found"),
+        ("bad header", r"task MNLI: .*dev_mismatched\.tsv, line 1 \(header\): no column 'gold_label'"),
+        ("bad test row", r"task WNLI: .*WNLI/test\.tsv, line 2: 2 tab-separated fields, expected 3"),
+        ("unknown name", r"unknown task 'mnlii'.*did you mean 'MNLI'"),
+        ("truncated checkpoint", r"last\.ckpt: not a readable checkpoint .*was it written completely"),
+        ("missing checkpoint", r"nothing\.ckpt: no checkpoint file or Hugging Face folder"),
+        ("missing vocabulary", r"nothing\.model"),
+    ],
+)
+def test_every_input_is_checked_before_any_fine_tuning(
+    case: str, message: str, pipeline_run: PipelineRun, random_export: Path, tmp_path: Path, monkeypatch
+) -> None:
+    glue, checkpoint, flags = tmp_path / "glue", random_export, []
+    write_glue(glue, "WNLI", tests=True)
+    mnli = write_glue(glue, "MNLI")
+    tasks = ["WNLI", "mnlii" if case == "unknown name" else "MNLI"]
+    if case == "missing train":
+        (mnli / "train.tsv").unlink()
+    elif case == "bad header":
+        (mnli / "dev_mismatched.tsv").write_text((mnli / "dev_mismatched.tsv").read_text().replace("gold_", "g_"))
+    elif case == "bad test row":
+        (glue / "WNLI/test.tsv").write_text("index\tsentence1\tsentence2\n0\tno hypothesis\n")
+    elif case == "truncated checkpoint":
+        checkpoint = tmp_path / "last.ckpt"
+        checkpoint.write_bytes(b"PK\x03\x04 half a zip")
+    elif case == "missing checkpoint":
+        checkpoint = tmp_path / "nothing.ckpt"
+    elif case == "missing vocabulary":
+        flags = ["--spiece", str(tmp_path / "nothing.model")]
+    monkeypatch.setattr(evaluate, "finetune", _no_fine_tuning)
+    with pytest.raises((TaskDataError, ValueError, OSError), match=message):
+        _evaluate(pipeline_run, checkpoint, tmp_path / "eval", "--glue_dir", str(glue), "--tasks", *tasks, *flags)
+    assert not (tmp_path / "eval").exists()  # nothing written, not even the intrinsic scores
+
+
+def test_each_task_is_written_as_it_finishes(
+    pipeline_run: PipelineRun, random_export: Path, tmp_path: Path, monkeypatch
+) -> None:
+    real = evaluate.finetune
+
+    def finetune(network, spec, *args):
+        if spec.name == "RTE":
+            raise RuntimeError("out of memory")
+        return real(network, spec, *args)
+
+    monkeypatch.setattr(evaluate, "finetune", finetune)
+    for task in ("WNLI", "RTE"):
+        write_glue(tmp_path / "glue", task)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _evaluate(pipeline_run, random_export, tmp_path / "eval", "--glue_dir", str(tmp_path / "glue"),
+                  "--tasks", "wnli", "rte", "--random_baseline", "false")  # fmt: skip
+    kept = json.loads((tmp_path / "eval/metrics.json").read_text())
+    assert list(kept["tasks"]) == ["WNLI"] and kept["intrinsic"]
+    assert "| WNLI |" in (tmp_path / "eval/report.md").read_text()
+    assert (tmp_path / "eval/predictions/WNLI/dev.jsonl").is_file()
+    assert not [p for p in (tmp_path / "eval").rglob("*") if p.name.endswith(".tmp")]  # renamed into place
+
+
+def test_report_files_are_replaced_whole(tmp_path: Path) -> None:
+    report = {"checkpoint": "a.ckpt", "tasks": {}, "intrinsic": {}}
+    write_report(report, str(tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(KeyError):
+        write_report({**report, "tasks": {"broken": {}}}, str(tmp_path))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no half-updated set of files
+
+
+SUBMISSION_LABELS = {
+    "CoLA": {"0", "1"}, "SST-2": {"0", "1"}, "MRPC": {"0", "1"}, "QQP": {"0", "1"}, "WNLI": {"0", "1"},
+    "QNLI": {"entailment", "not_entailment"}, "RTE": {"entailment", "not_entailment"},
+    "MNLI-m": {"entailment", "neutral", "contradiction"}, "MNLI-mm": {"entailment", "neutral", "contradiction"},
+    "AX": {"entailment", "neutral", "contradiction"}, "STS-B": None,
+}  # fmt: skip
+SUBMISSION_SOURCES = {"MNLI-m": "MNLI/test_matched", "MNLI-mm": "MNLI/test_mismatched", "AX": "diagnostic/diagnostic"}
+
+
+def _rows(key: str) -> int:
+    """Data rows of a fixture file: CoLA's train and dev files have no header row, every other file has one."""
+    headerless = key in ("CoLA/train.tsv", "CoLA/dev.tsv")
+    return len({**FILES, **TEST_FILES}[key].strip("\n").splitlines()) - (not headerless)
+
+
+def _fixture_splits(task: str) -> dict[str, str]:
+    """Every dev and test split of a task's fixture → its file; MNLI's run also predicts the diagnostic set (AX)."""
+    spec, files = GLUE_TASKS[task], {**FILES, **TEST_FILES}
+    splits = {s: f"{task}/{name}" for s, name in spec.splits.items() if s != "train" and f"{task}/{name}" in files}
+    return {**splits, "diagnostic": "diagnostic/diagnostic.tsv"} if task == "MNLI" else splits
+
+
+def assert_audited_predictions(folder: Path, spec: TaskSpec, split: str, source: str) -> None:
+    """One line per example of the split's file, with the audited run's prediction and score."""
+    lines = [json.loads(text) for text in (folder / f"{split}.jsonl").read_text().splitlines()]
+    assert len(lines) == _rows(source)
+    unlabelled = split.startswith("test") or split == "diagnostic"
+    for line in lines:
+        assert {"index", "id", "label", "prediction", "score"} <= set(line) and (line["label"] is None) == unlabelled
+        if spec.kind == "regression":
+            assert isinstance(line["prediction"], float) and line["score"] == line["prediction"]
+        else:  # the predicted label's probability: never below a uniform guess's
+            assert line["prediction"] in spec.labels and 1 / len(spec.labels) <= line["score"] <= 1
+
+
+def test_glue_predictions_and_submission_files(pipeline_run: PipelineRun, random_export: Path, tmp_path: Path) -> None:
+    for task in GLUE_TASKS:
+        write_glue(tmp_path / "glue", task, tests=True)
+    names = ["cola", "sst2", "mrpc", "sts-b", "qqp", "mnli", "qnli", "rte", "wnli"]  # Hugging Face's names
+    report = _evaluate(pipeline_run, random_export, tmp_path / "eval", "--glue_dir", str(tmp_path / "glue"),
+                       "--tasks", *names, "--random_baseline", "false", "--max_steps", "1")  # fmt: skip
+    assert list(report["tasks"]) == list(GLUE_TASKS)
+    for task, spec in GLUE_TASKS.items():
+        for split, source in _fixture_splits(task).items():
+            assert_audited_predictions(tmp_path / "eval/predictions" / task, spec, split, source)
+    folder = tmp_path / "eval/glue_submission"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{name}.tsv" for name in SUBMISSION_LABELS)
+    for name, labels in SUBMISSION_LABELS.items():
+        header, *rows = (folder / f"{name}.tsv").read_text().splitlines()
+        assert header == "index\tprediction"
+        source = SUBMISSION_SOURCES.get(name, f"{name}/test") + ".tsv"
+        assert [r.split("\t")[0] for r in rows] == [str(i) for i in range(_rows(source))]  # the test file's order
+        predictions = [r.split("\t")[1] for r in rows]
+        assert all(math.isfinite(float(p)) for p in predictions) if labels is None else set(predictions) <= labels

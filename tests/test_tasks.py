@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from albert_lightning.tasks import GLUE_TASKS, LoadStats, TaskDataError, generic_task, label_ids, load_split
+from albert_lightning.tasks import (
+    GLUE_DIAGNOSTIC,
+    GLUE_SUBMISSION_FILES,
+    GLUE_TASKS,
+    LoadStats,
+    TaskDataError,
+    generic_task,
+    glue_name,
+    label_ids,
+    load_split,
+    present_splits,
+    resolve_task,
+)
 
 MNLI_TRAIN = "index|promptID|pairID|genre|sentence1_binary_parse|sentence2_binary_parse|sentence1_parse|"
 MNLI_TRAIN += "sentence2_parse|sentence1|sentence2|label1|gold_label"
@@ -85,6 +98,29 @@ EXPECTED = {
     "WNLI/train": [("I stuck a pin through a carrot. It had a hole.", "The carrot had a hole.", "1", 2)],
     "WNLI/dev": [("The drain is clogged with hair. It has to be cleaned.", "The hair has to be cleaned.", "0", 2)],
 }
+
+# The other unlabelled test files of the distribution, two rows each (CoLA's and MNLI matched's are in FILES), and
+# the diagnostic set (AX) in its own folder. QQP's test file names its index column "id".
+PAIR_TEST = "index|sentence1|sentence2"
+TEST_FILES = {
+    "SST-2/test.tsv": "index|sentence\n0|uneasy mishmash of styles and genres .\n1|a gorgeous , witty film .",
+    "MRPC/test.tsv": """index|#1 ID|#2 ID|#1 String|#2 String
+0|1089874|1089925|PCCW 's chief operating officer will report to Mr So .|The officer will report to So .
+1|3019446|3019327|The automakers said sales declined .|Sales at GM declined more than predicted .""",
+    "STS-B/test.tsv": f"""{STSB.removesuffix("|score")}
+0|main-captions|MSRvid|2012test|0024|none|none|A girl is styling her hair.|A girl is brushing her hair.
+1|main-captions|MSRvid|2012test|0033|none|none|A group of men play soccer.|A man is playing a flute.""",
+    "QQP/test.tsv": """id|question1|question2
+0|How does the Surface Pro compare with iPad Pro?|Why did Microsoft choose core m3?
+1|Should I have a hair transplant at age 24?|How much would it cost?""",
+    "MNLI/test_mismatched.tsv": f"{MNLI_TEST}\n0|{MNLI_PARSES}|Hold on.|Wait.\n1|{MNLI_PARSES}|Go on.|Stop.",
+    "QNLI/test.tsv": """index|question|sentence
+0|What is devoted to Jihad?|For some decades it was.
+1|When did it open?|It opened in 1990.""",
+    "RTE/test.tsv": f"{PAIR_TEST}\n0|Mangla was summoned after Madhumita's sister complained.|Shapiro works.\n1|A.|B.",
+    "WNLI/test.tsv": f"{PAIR_TEST}\n0|Maude had seen the trains.|Horses ran away.\n1|The cat sat.|It sat.",
+    "diagnostic/diagnostic.tsv": f"{PAIR_TEST}\n0|The cat sat on the mat.|The cat did not sit.\n1|A dog runs.|It runs.",
+}
 # fmt: on
 
 
@@ -96,9 +132,14 @@ def write_task(folder: Path, files: dict[str, str]) -> Path:
     return folder
 
 
-def write_glue(root: Path, task: str) -> Path:
-    files = {key.split("/")[1]: text for key, text in FILES.items() if key.startswith(f"{task}/")}
-    return write_task(root / task, files)
+def write_glue(root: Path, task: str, tests: bool = False) -> Path:
+    """Writes a task's fixture under root/task; with ``tests`` also its TEST_FILES (for MNLI: AX's folder too)."""
+    folders = {task, "diagnostic"} if tests and task == "MNLI" else {task}
+    for key, text in ({**FILES, **TEST_FILES} if tests else FILES).items():
+        folder, name = key.split("/")
+        if folder in folders:
+            write_task(root / folder, {name: text})
+    return root / task
 
 
 def as_tuples(examples: list) -> list[tuple]:
@@ -304,3 +345,54 @@ def test_generic_jsonl_missing_key_names_line(tmp_path: Path) -> None:
     )
     with pytest.raises(TaskDataError, match=r"dev\.jsonl, line 2: no column 'text'"):
         load_split(generic_task(folder), folder, "dev")
+
+
+@pytest.mark.parametrize("key", sorted(TEST_FILES))
+def test_glue_test_files_keep_their_index(key: str, tmp_path: Path) -> None:
+    folder, name = key.split("/")
+    spec = GLUE_DIAGNOSTIC if folder == "diagnostic" else GLUE_TASKS[folder]
+    split = next(s for s, file in spec.splits.items() if file == name)
+    examples = load_split(spec, write_task(tmp_path / folder, {name: TEST_FILES[key]}), split)
+    assert [(e.id, e.label) for e in examples] == [("0", None), ("1", None)]  # GLUE's submission index
+
+
+def test_present_splits_and_submission_files(tmp_path: Path) -> None:
+    mnli = GLUE_TASKS["MNLI"]
+    assert present_splits(mnli, write_glue(tmp_path, "MNLI")) == (
+        "train",
+        "dev_matched",
+        "dev_mismatched",
+        "test_matched",
+    )
+    assert present_splits(mnli, tmp_path / "none") == ("train", "dev_matched", "dev_mismatched")  # train/dev required
+    tests = {(t, s) for t, spec in {**GLUE_TASKS, "AX": GLUE_DIAGNOSTIC}.items() for s in spec.splits if "test" in s}
+    assert set(GLUE_SUBMISSION_FILES) == tests
+    assert sorted(GLUE_SUBMISSION_FILES.values()) == sorted(
+        f"{n}.tsv" for n in "CoLA SST-2 MRPC STS-B QQP MNLI-m MNLI-mm QNLI RTE WNLI AX".split()
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [("cola", "CoLA"), ("sst2", "SST-2"), ("sst-2", "SST-2"), ("SST-2", "SST-2"), ("mnli", "MNLI"),
+     ("stsb", "STS-B"), ("sts-b", "STS-B"), ("mrpc", "MRPC"), ("qqp", "QQP"), ("qnli", "QNLI"), ("rte", "RTE"),
+     ("wnli", "WNLI"), ("data/tasks/package", None), ("ax", None)],
+)  # fmt: skip
+def test_hugging_face_and_lower_case_glue_names(name: str, canonical: str | None, tmp_path: Path) -> None:
+    assert glue_name(name) == canonical
+    if canonical is not None:
+        assert resolve_task(name, tmp_path) == (GLUE_TASKS[canonical], tmp_path / canonical)
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"), [("colaa", "'CoLA'"), ("sst", "'SST-2'"), ("mnlii", "'MNLI'"), ("stsbb", "'STS-B'")]
+)
+def test_unknown_task_name_says_which_was_meant(name: str, meant: str, tmp_path: Path) -> None:
+    with pytest.raises(TaskDataError, match=f"unknown task '{name}'.*did you mean {meant}"):
+        resolve_task(name, tmp_path)
+    folder = write_task(tmp_path / "tasks" / "package", {"train.tsv": "text|label\na|x", "dev.tsv": "text|label\nb|x"})
+    assert resolve_task(str(folder), None)[1] == folder
+    with pytest.raises(TaskDataError, match=re.escape(f"did you mean '{folder}'")):  # a typo in a task folder's name
+        resolve_task(str(tmp_path / "tasks" / "pakage"), None)
+    with pytest.raises(ValueError, match="glue_dir"):
+        resolve_task("CoLA", None)
