@@ -4,25 +4,44 @@ A LightningCLI over ``AlbertPretraining`` and ``ShardDataModule``. With no argum
 ``configs/pretrain.yaml`` (the file ``dvc.yaml``'s pretrain stage uses) and trains on ``data/shards``.
 ``--print_config`` shows the resolved configuration; every Trainer flag works. Precision defaults to
 ``bf16-mixed`` on GPUs and 32-bit on CPUs.
+
+A new run (no ``--ckpt_path``) refuses a checkpoint folder that already holds checkpoints: ``export`` and
+``evaluate`` read ``last.ckpt``, and Lightning would write the new run's beside it as ``last-v1.ckpt``.
+``--ckpt_path last`` resumes the earlier run; ``--overwrite true`` deletes its checkpoints and starts again.
+``dvc repro`` needs neither: DVC removes the stage's outputs, the checkpoint folder among them, before it runs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import sys
 import warnings
+from typing import Any
 
+import lightning as L
 import torch
 from lightning.fabric.utilities.warnings import PossibleUserWarning
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
 from albert_lightning.pretraining import AlbertPretraining
+from albert_lightning.reporting import StepProgressBar
 from albert_lightning.shard_loader import ShardDataModule
 from pipelines.commands import main as run_command
 
-__all__ = ["DEFAULT_CONFIG", "cli_main"]
+__all__ = ["DEFAULT_CONFIG", "DESCRIPTION", "cli_main"]
 
 DEFAULT_CONFIG = "configs/pretrain.yaml"
+DESCRIPTION = """\
+albert-lightning fit: pretrain ALBERT (masked LM + sentence order) on the shards of the instances stage.
+
+With no arguments it runs configs/pretrain.yaml on data/shards into data/pretrain (checkpoints/last.ckpt,
+metrics.json, curves). The optimizer and its schedule are the model's: --model.optimizer (adamw or lamb),
+--model.lr, --model.weight_decay, --model.warmup_steps, --model.total_steps. A new run refuses a checkpoint
+folder that holds checkpoints: --ckpt_path last resumes that run, --overwrite true deletes them and starts again.
+"""
 # Lightning's warning, from its start (a warnings filter matches a regex at the start of the message).
 NOT_RESUMABLE = (
     "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable"
@@ -32,6 +51,12 @@ NOT_RESUMABLE = (
 class AlbertCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", default=None, help='checkpoint to resume from ("last" for the newest)')
+        parser.add_argument(
+            "--overwrite",
+            type=bool,
+            default=False,
+            help="start a new run in a checkpoint folder that holds an earlier run's checkpoints, deleting them",
+        )
         # The model's vocabulary and second objective are the shards'; they are read, never typed twice.
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.inter_sentence", "model.inter_sentence", apply_on="instantiate")
@@ -41,6 +66,53 @@ class AlbertCLI(LightningCLI):
         if trainer.get("precision") is None:
             trainer["precision"] = "bf16-mixed" if torch.cuda.is_available() else "32-true"
 
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        # Lightning's bars count the batches of an epoch under "Epoch 0/-2" (max_epochs is -1 when max_steps ends
+        # the run); ours counts steps out of max_steps. A bar given in the config, or none, is left as asked.
+        trainer = self.config_init["trainer"]
+        callbacks = trainer.get("callbacks") or []
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        if trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
+            kwargs["callbacks"] = [*callbacks, StepProgressBar()]
+        return super().instantiate_trainer(**kwargs)
+
+
+def checkpoint_folders(trainer: L.Trainer) -> list[str]:
+    """The folders the trainer's ModelCheckpoint callbacks write to, as Lightning resolves them inside ``fit``."""
+    folders = []
+    for callback in trainer.checkpoint_callbacks:
+        if callback.dirpath is not None:
+            folders.append(str(callback.dirpath))
+        elif trainer.loggers:  # a logger's versioned folder, as ModelCheckpoint.__resolve_ckpt_dir names it
+            logger = trainer.loggers[0]
+            version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+            save_dir = logger.save_dir or trainer.default_root_dir
+            folders.append(os.path.join(save_dir, str(logger.name), version, "checkpoints"))
+        else:
+            folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
+    return folders
+
+
+def claim_checkpoint_folders(trainer: L.Trainer, ckpt_path: str | None, overwrite: bool) -> None:
+    """Lets a new run write only into checkpoint folders without an earlier run's checkpoints, which export and
+    evaluate would otherwise go on reading (Lightning names the new ones ``last-v1.ckpt``); ``overwrite``
+    deletes them first. A resumed run (``ckpt_path``) continues the folder's checkpoints."""
+    if ckpt_path is not None:
+        if overwrite:
+            raise ValueError("--overwrite starts a new run and --ckpt_path resumes one: give one of them")
+        return
+    for folder in checkpoint_folders(trainer):
+        earlier = sorted(glob.glob(os.path.join(glob.escape(folder), "*.ckpt")))
+        if earlier and not overwrite:
+            names = ", ".join(os.path.basename(p) for p in earlier[:3]) + (", ..." if len(earlier) > 3 else "")
+            raise FileExistsError(
+                f"{folder}: holds an earlier run's checkpoints ({names}); resume it with --ckpt_path last, "
+                "or start again with --overwrite true (deletes them)"
+            )
+        for path in earlier:  # every rank may get here (torchrun): another may have deleted it already
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
 
 def cli_main(args: list[str] | None = None) -> AlbertCLI:
     """Parses ``args`` (None: the command line), trains, and returns the CLI (its ``trainer`` and ``model``)."""
@@ -49,9 +121,16 @@ def cli_main(args: list[str] | None = None) -> AlbertCLI:
         ShardDataModule,
         run=False,
         save_config_kwargs={"overwrite": True},  # re-runs (dvc repro) write into the same folder
-        parser_kwargs={"default_config_files": [DEFAULT_CONFIG] if os.path.exists(DEFAULT_CONFIG) else []},
+        parser_kwargs={
+            "default_config_files": [DEFAULT_CONFIG] if os.path.exists(DEFAULT_CONFIG) else [],
+            "description": DESCRIPTION,
+        },
+        # The model builds its own optimizer and schedule (--model.optimizer ...); Lightning's --optimizer and
+        # --lr_scheduler would be ignored by configure_optimizers, so they are not offered.
+        auto_configure_optimizers=False,
         args=args,
     )
+    claim_checkpoint_folders(cli.trainer, cli.config["ckpt_path"], cli.config["overwrite"])
     with warnings.catch_warnings():
         # Lightning trusts only a loader that is itself stateful. ShardDataModule saves the sampler's position
         # (epoch, batches done) in the checkpoint, refuses to resume with another seed, batch size or world size,

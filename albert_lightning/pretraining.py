@@ -19,10 +19,18 @@ from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.sharding import clip_grad_norm, shard_albert
 
-__all__ = ["AlbertPretraining"]
+__all__ = ["AlbertPretraining", "is_last_step"]
 
 OBJECTIVES = ("sop", "nsp", "none")
 IGNORE_INDEX = -100
+
+
+def is_last_step(trainer: L.Trainer) -> bool:
+    """Whether the step that just ended is the run's last: ``max_steps`` reached, or the last epoch's last batch."""
+    if 0 < trainer.max_steps <= trainer.global_step:
+        return True
+    last_epoch = trainer.max_epochs not in (None, -1) and trainer.current_epoch + 1 >= trainer.max_epochs
+    return last_epoch and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
 
 
 class AlbertPretraining(L.LightningModule):
@@ -101,15 +109,26 @@ class AlbertPretraining(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         metrics = self.losses(batch)
         self._tokens_seen += int(batch["attention_mask"].sum()) * self.trainer.world_size
-        elapsed = time.perf_counter() - self._started
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, prog_bar=False, sync_dist=False)
         self.log("loss", metrics["loss"], prog_bar=True, logger=False)
-        self.log("tok/s", self._tokens_seen / max(elapsed, 1e-9), prog_bar=True, logger=False)
-        self.log("train/tokens_per_second", self._tokens_seen / max(elapsed, 1e-9))
         return metrics["loss"]
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # Measured after the update, from the first step on: every token trained so far over the time of all the
+        # steps that trained them (timed in training_step, the last step's backward and update would be missing).
+        rate = self._tokens_seen / max(time.perf_counter() - self._started, 1e-9)
+        self.log("tok/s", rate, prog_bar=True, logger=False)
+        self.log("train/tokens_per_second", rate)
 
     def on_train_start(self) -> None:
         self._tokens_seen, self._started = 0, time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Lightning validates every val_check_interval steps only, so a run ending in between (or before the first)
+        # would report the validation of an earlier step as its result. A stop it is asked for runs validation.
+        if is_last_step(self.trainer):
+            self.trainer.should_stop = True
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         metrics = self.losses(batch)

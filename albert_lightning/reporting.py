@@ -12,10 +12,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
 
 from albert_lightning.model import num_parameters
+from albert_lightning.pretraining import is_last_step
 
-__all__ = ["PretrainingReport"]
+__all__ = ["PretrainingReport", "StepProgressBar"]
 
 VALIDATION_COLUMNS = ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")
 TRAIN_CSV = ("step", "loss", "tokens_per_second")
@@ -96,7 +98,9 @@ class PretrainingReport(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         metrics = trainer.callback_metrics
-        if "train/loss" in metrics and trainer.global_step % max(1, trainer.log_every_n_steps) == 0:
+        logged = trainer.global_step % max(1, trainer.log_every_n_steps) == 0
+        # The last step always has its row: the curve ends where training ends, and metrics.json reads its speed.
+        if "train/loss" in metrics and (logged or is_last_step(trainer)):
             row = {"step": trainer.global_step, "loss": float(metrics["train/loss"])}
             if "train/tokens_per_second" in metrics:
                 row["tokens_per_second"] = float(metrics["train/tokens_per_second"])
@@ -179,3 +183,34 @@ class PretrainingReport(L.Callback):
         figure.tight_layout()
         figure.savefig(os.path.join(self.folder, "curves.png"), dpi=100)
         plt.close(figure)
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Counts optimizer steps out of ``max_steps`` over the whole run (from the checkpoint's step on a resume).
+
+    Lightning's bars count the batches of each epoch under "Epoch 0/-2" (``max_epochs`` is -1 when ``max_steps``
+    ends the run). A run bounded by epochs only keeps Lightning's bar.
+    """
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        if trainer.max_steps > 0:
+            bar = self.train_progress_bar
+            bar.reset(total=trainer.max_steps)
+            bar.initial = bar.n = trainer.global_step  # the rate counts this run's steps only
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_epoch_start(trainer, *args)
+            return
+        self.train_progress_bar.set_description(f"Steps (epoch {trainer.current_epoch})")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        if trainer.max_steps <= 0:
+            super().on_train_batch_end(trainer, pl_module, *args)
+            return
+        bar = self.train_progress_bar
+        if self._should_update(trainer.global_step, bar.total):
+            bar.n = trainer.global_step
+            bar.refresh()
+            bar.set_postfix(self.get_metrics(trainer, pl_module))

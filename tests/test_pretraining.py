@@ -7,11 +7,13 @@ launcher would re-run the pytest command line). Every run records its steps with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +23,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from albert_lightning.fit import AlbertCLI, cli_main
 from albert_lightning.hf import export_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining import AlbertPretraining
@@ -114,25 +117,30 @@ def fit_subprocess(args: list[str], devices: int = 1, check: bool = True) -> sub
     return done
 
 
-def fit_in_process(args: list[str]) -> dict[str, torch.Tensor]:
-    """Trains on one device in this process; returns the trained weights as plain tensors.
+@contextlib.contextmanager
+def cli_in_process(args: list[str]) -> Iterator[AlbertCLI]:
+    """Trains on one device in this process and yields the CLI (its ``trainer`` and ``model``).
 
     Afterwards it removes the process group and the environment variables that the run leaves behind.
     """
-    from albert_lightning.fit import cli_main
-
     saved, cwd = dict(os.environ), os.getcwd()
     os.chdir(REPO)  # the default config is read relative to the working directory, as dvc.yaml runs it
     try:
-        model = cli_main([*args, "--trainer.devices=1"]).model.model
-        # Read while the process group lives: FSDP2 holds the weights as DTensors.
-        return {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
+        yield cli_main([*args, "--trainer.devices=1"])
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
         os.environ.clear()
         os.environ.update(saved)
         os.chdir(cwd)
+
+
+def fit_in_process(args: list[str]) -> dict[str, torch.Tensor]:
+    """Trains on one device in this process (``cli_in_process``); returns the trained weights as plain tensors."""
+    with cli_in_process(args) as cli:
+        model = cli.model.model
+        # Read while the process group lives: FSDP2 holds the weights as DTensors.
+        return {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in model.state_dict().items()}
 
 
 def write_subset(source: Path, folder: Path, rows: int, validation_rows: int | None = None) -> Path:

@@ -1,0 +1,101 @@
+"""``python -m albert_lightning.fit`` as a user calls it: its help, a second run into the same folder, and what a
+run shorter than one validation interval reports (metrics.json, curves, the progress bar)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tests.conftest import DISTRIBUTED_ENV
+from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_in_process, fit_subprocess, write_subset
+
+
+@pytest.fixture(scope="module")
+def shards(pipeline_run, tmp_path_factory) -> Path:
+    return write_subset(pipeline_run.shards, tmp_path_factory.mktemp("cli") / "shards", 20)
+
+
+def test_help_describes_this_tool_and_offers_only_the_models_optimizer_flags():
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    done = subprocess.run(
+        [sys.executable, "-m", "albert_lightning.fit", "--help"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = " ".join(done.stdout.split())  # argparse wraps the description to the terminal's width
+    assert "albert-lightning fit: pretrain ALBERT" in text
+    assert "Lightning Trainer command line tool" not in text
+    assert "--model.optimizer" in text and "--overwrite" in text
+    # Lightning's own optimizer and scheduler flags, which configure_optimizers would ignore, are not offered.
+    assert not re.search(r"(?<![\w.])--(optimizer|lr_scheduler)\b", done.stdout), done.stdout
+
+
+def checkpoint_step(path: Path) -> int:
+    return torch.load(path, map_location="cpu", weights_only=False)["global_step"]
+
+
+def test_a_second_run_into_a_checkpoint_folder_must_resume_or_overwrite_and_never_leaves_a_stale_last(shards, tmp_path):
+    folder = tmp_path / "checkpoints"
+    fit_in_process(fit_args(tmp_path, shards, 4, 2))
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    before = (folder / "last.ckpt").read_bytes()
+
+    refused = fit_subprocess(fit_args(tmp_path, shards, 4, 3), check=False)
+    assert refused.returncode == 1, refused.stderr[-4000:]
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"fit: error: {folder}: holds an earlier run's checkpoints (last.ckpt)"), line
+    assert "--ckpt_path last" in line and "--overwrite true" in line
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    assert (folder / "last.ckpt").read_bytes() == before
+
+    fit_in_process(fit_args(tmp_path, shards, 4, 3, "--overwrite=true"))
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]  # no last-v1.ckpt beside it
+    assert checkpoint_step(folder / "last.ckpt") == 3
+    # The steps recorded from the start: the overwriting run began at step 1, it did not resume.
+    steps = [json.loads(line)["step"] for line in (tmp_path / "steps-rank0.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 1, 2, 3]
+
+    fit_in_process(fit_args(tmp_path, shards, 4, 4, "--ckpt_path=last"))  # resuming needs no flag
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    assert checkpoint_step(folder / "last.ckpt") == 4
+
+
+@pytest.fixture(scope="module")
+def short_run(shards, tmp_path_factory) -> SimpleNamespace:
+    """3 steps with the default config's validation every 1000 and logging every 10, with the progress bar on."""
+    root = tmp_path_factory.mktemp("short-run")
+    args = fit_args(root, shards, 4, 3, "--trainer.log_every_n_steps=10", "--trainer.enable_progress_bar=true")
+    with cli_in_process(args) as cli:
+        trainer = cli.trainer
+    assert trainer.val_check_interval == 1000 and trainer.global_step == 3
+    return SimpleNamespace(root=root, trainer=trainer)
+
+
+def read_curve(root: Path, name: str) -> list[dict[str, str]]:
+    with open(root / "curves" / f"{name}.csv", newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_run_shorter_than_its_validation_interval_validates_at_its_end_and_reports_its_speed(short_run):
+    metrics = json.loads((short_run.root / "metrics.json").read_text())
+    assert [r["step"] for r in read_curve(short_run.root, "validation")] == ["0", "3"]
+    assert metrics["steps"] == 3
+    assert metrics["validation"] != metrics["validation_at_start"], metrics
+    last = read_curve(short_run.root, "train")[-1]  # the last step has its row, whatever log_every_n_steps
+    assert last["step"] == "3"
+    assert metrics["tokens_per_second"] == pytest.approx(float(last["tokens_per_second"]))
+    assert metrics["tokens_per_second"] > 0
+
+
+def test_the_progress_bar_counts_steps_out_of_max_steps(short_run):
+    bar = short_run.trainer.progress_bar_callback.train_progress_bar  # a tqdm bar
+    assert (bar.n, bar.total) == (3, 3)
+    assert bar.desc.startswith("Steps (epoch 0)"), bar.desc  # not "Epoch 0/-2"
