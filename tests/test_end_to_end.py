@@ -18,10 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _project_copy(target: Path) -> Path:
-    """Copies the files git tracks (code, dvc.yaml, params, configs) into a DVC project without git."""
+    """Copies the files git tracks (code, dvc.yaml, params, configs, data/.gitignore) into a fresh project."""
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for name in tracked.splitlines():
-        if name.startswith("data/") or name.endswith("dvc.lock") or not (ROOT / name).is_file():
+        output = name.startswith("data/") and name != "data/.gitignore"
+        if output or name.endswith("dvc.lock") or not (ROOT / name).is_file():
             continue  # a fresh project: no outputs and no record of earlier runs
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, target / name)
@@ -46,14 +47,24 @@ def _shrink(project: Path) -> None:
     (project / "configs/pretrain.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+GIT_IDENTITY = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER") for what, value in
+                (("NAME", "test"), ("EMAIL", "test@example.com"))}  # fmt: skip
+
+
+def _commit(project: Path, env: dict[str, str], message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=project, env=env, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", message], cwd=project, env=env, check=True)
+
+
 @pytest.mark.slow
 def test_dvc_repro_runs_every_stage_and_reports(tmp_path: Path) -> None:
     project = _project_copy(tmp_path / "project")
     _shrink(project)
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    env.update(DVC_NO_ANALYTICS="1", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}")
+    env.update(DVC_NO_ANALYTICS="1", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **GIT_IDENTITY)
     dvc = [sys.executable, "-m", "dvc"]
-    subprocess.run([*dvc, "config", "core.no_scm", "true"], cwd=project, env=env, check=True)
+    subprocess.run(["git", "init", "-q"], cwd=project, env=env, check=True)
+    _commit(project, env, "the project")
     result = subprocess.run([*dvc, "repro"], cwd=project, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     stages = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
@@ -72,3 +83,24 @@ def test_dvc_repro_runs_every_stage_and_reports(tmp_path: Path) -> None:
         [*dvc, "status", "--json", "dvc.yaml"], cwd=project, env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(again.stdout) == {}, again.stdout  # every stage up to date: nothing changed, nothing missing
+
+    _commit(project, env, "the baseline run")
+    _an_experiment_compares_with_its_baseline(project, env)
+
+
+def _an_experiment_compares_with_its_baseline(project: Path, env: dict[str, str]) -> None:
+    """The metrics files are in git (cache: false, not ignored), so `dvc exp show` has numbers for both rows."""
+    dvc = [sys.executable, "-m", "dvc"]
+    run = subprocess.run([*dvc, "exp", "run", "-S", "evaluate.seeds=1"], cwd=project, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    shown = subprocess.run([*dvc, "exp", "show", "--json"], cwd=project, env=env, capture_output=True, text=True,
+                           check=True)  # fmt: skip
+    [baseline] = [row for row in json.loads(shown.stdout) if row["rev"] != "workspace"]  # the commit's row
+    [experiment] = [rev for group in baseline["experiments"] for rev in group["revs"]]
+    for row in (baseline, experiment):
+        metrics = row["data"]["metrics"]
+        assert metrics["data/pretrain/metrics.json"]["data"]["validation"]["mlm_accuracy"] is not None
+        assert metrics["data/eval/metrics.json"]["data"]["tasks"], row["data"].get("rev")
+    seeds = [row["data"]["params"]["params.yaml"]["data"]["evaluate"]["seeds"] for row in (baseline, experiment)]
+    assert seeds == [2, 1]  # the experiment's own run beside the baseline's
