@@ -308,7 +308,11 @@ class AlbertMLMHead(nn.Module):
         self.activation = ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.LayerNorm(self.activation(self.dense(x))))  # [B, P, H] -> [B, P, V]
+        h = self.LayerNorm(self.activation(self.dense(x)))  # [B, P, H] -> [B, P, E]
+        # Not self.decoder(h): on a 3-D input with a bias, Linear runs addmm on the flattened input and returns
+        # a view of it, and a view as the output of the FSDP2 root is unsafe (an in-place op on it drops the
+        # pre-backward hook; FSDP2 warns every step). matmul's reshape is not a view; the bias add is as cheap.
+        return torch.matmul(h, self.decoder.weight.t()) + self.decoder.bias  # [B, P, V]
 
 
 class AlbertSOPHead(nn.Module):
