@@ -4,6 +4,7 @@ Entry points:
     python -m albert_lightning.fit       pretrain on the Arrow shards (LightningCLI, FSDP)
     python -m albert_lightning.export    write a transformers AlbertForPreTraining folder from a checkpoint
     python -m albert_lightning.evaluate  fine-tune and score downstream tasks
+    python -m albert_lightning.ablation_report  the ablation grid's runs in the shape of the paper's tables
 """
 
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining

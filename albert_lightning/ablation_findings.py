@@ -4,7 +4,7 @@ A finding compares two runs (or a run and chance) on one measure: an intrinsic a
 interval is the normal interval of a difference of proportions from the counts ``evaluate.py`` records, or the
 downstream average (the mean over tasks of each task's primary dev metric, median over fine-tuning seeds, at the
 largest training set both runs have), whose interval is a paired bootstrap over seeds and dev examples of the
-predictions files. ``report.py`` reads the runs and writes the result; tests: ``tests/test_ablation_findings.py``.
+predictions files. ``ablation_report.py`` reads the runs, writes the result; tests: ``tests/test_ablation_findings.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 from albert_lightning.bootstrap import seed_scores
 from albert_lightning.metrics import compute_metrics
-from albert_lightning.tasks import TaskSpec
+from albert_lightning.task_files import TaskSpec
 
 __all__ = [
     "FINDINGS",

@@ -1,4 +1,4 @@
-"""The ablation report: ``python -m albert_lightning.report --runs data/ablations --output data/ablations``.
+"""The ablation report: ``python -m albert_lightning.ablation_report --runs data/ablations --output data/ablations``.
 
 Collects every run folder under ``--runs`` (a pretraining run: ``checkpoints/last.ckpt``, ``metrics.json``,
 ``curves/validation.csv``, and its evaluation in ``eval/metrics.json``) into the shape of the paper's tables:
@@ -25,7 +25,7 @@ from albert_lightning import ablation_findings
 from albert_lightning.ablation_findings import Evidence, TaskPredictions
 from albert_lightning.eval_report import read_predictions
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
-from albert_lightning.tasks import TaskSpec
+from albert_lightning.task_files import TaskSpec
 
 __all__ = ["Run", "collect", "main", "tables"]
 
@@ -192,7 +192,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     Returns:
         The tables, and the checked findings under "Findings".
     """
-    parser = argparse.ArgumentParser(prog="python -m albert_lightning.report", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m albert_lightning.ablation_report", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--runs", default="data/ablations/runs", help="folder holding one folder per run")
     parser.add_argument("--output", default="data/ablations", help="where to write the report")
     parser.add_argument("--baseline", default="baseline", help="the run the others differ from")

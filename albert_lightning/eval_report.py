@@ -2,7 +2,7 @@
 
 ``summarise`` turns the dev predictions of every (seed, start) into medians over seeds, the per-seed primary
 scores and the median gain with its bootstrap interval (``bootstrap.py``). ``write_report`` writes
-``metrics.json`` (what ``dvc metrics show`` lists and ``report.py`` reads), ``report.md``,
+``metrics.json`` (what ``dvc metrics show`` lists and ``ablation_report.py`` reads), ``report.md``,
 ``learning_curve.csv`` (``dvc plots show``) and ``learning_curve.png``. Numbers are rounded to 4 decimals so
 the files are stable. ``write_predictions`` and ``read_predictions`` are both sides of the per-example
 predictions files (``predictions/<task>/<split>.jsonl``), which the ablation report pairs runs on;
@@ -24,7 +24,7 @@ import numpy as np
 
 from albert_lightning.bootstrap import median_gain_interval
 from albert_lightning.metrics import compute_metrics
-from albert_lightning.tasks import TaskSpec
+from albert_lightning.task_files import TaskSpec
 
 __all__ = [
     "DevPredictions",

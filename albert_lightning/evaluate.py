@@ -33,10 +33,10 @@ from albert_lightning.eval_report import SplitPredictions, summarise, write_pred
 from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_encoder, make_loader, random_encoder
 from albert_lightning.metrics import majority_baseline
 from albert_lightning.model import AlbertForPreTraining
-from albert_lightning.shard_loader import ShardDataset, collate
+from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
 from albert_lightning.sharding import FSDP2Strategy
 from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
-from albert_lightning.tasks import SplitFile, TaskDataError, TaskSpec, label_ids, resolve_task, run_splits
+from albert_lightning.task_files import SplitFile, TaskDataError, TaskSpec, label_ids, resolve_task, run_splits
 from pipelines.commands import main as run_command
 
 __all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main"]
@@ -284,7 +284,7 @@ def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, bat
     for start in range(0, min(len(dataset), batches * batch_size), batch_size):
         batch = collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"])
-        real = batch["masked_lm_ids"] != -100
+        real = batch["masked_lm_ids"] != IGNORE_INDEX
         correct += int((out.prediction_logits.argmax(-1) == batch["masked_lm_ids"])[real].sum())
         masked += int(real.sum())
         targets.update(batch["masked_lm_ids"][real].tolist())

@@ -17,12 +17,11 @@ import torch.nn.functional as F
 
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
+from albert_lightning.shard_loader import IGNORE_INDEX
 from albert_lightning.sharding import clip_grad_norm, shard_albert
+from pipelines.sop import INTER_SENTENCE_MODES
 
 __all__ = ["AlbertPretraining", "is_last_step"]
-
-OBJECTIVES = ("sop", "nsp", "none")
-IGNORE_INDEX = -100
 
 
 def is_last_step(trainer: L.Trainer) -> bool:
@@ -65,8 +64,8 @@ class AlbertPretraining(L.LightningModule):
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
-        if inter_sentence not in OBJECTIVES:
-            raise ValueError(f"inter_sentence={inter_sentence!r}: choose one of {OBJECTIVES}")
+        if inter_sentence not in INTER_SENTENCE_MODES:
+            raise ValueError(f"inter_sentence={inter_sentence!r}: choose one of {INTER_SENTENCE_MODES}")
         self.config = AlbertConfig.preset(preset, vocab_size=vocab_size, **(config_overrides or {}))
         self.save_hyperparameters()
         self.hparams["config"] = dataclasses.asdict(self.config)  # what export and evaluation rebuild from

@@ -6,7 +6,7 @@ generic layout for users' own tasks (``generic_task``). Pure Python: no torch, n
 it without a model. Every problem in a task file raises ``TaskDataError`` naming the file and line. ``resolve_task``
 turns a command-line name (GLUE's, Hugging Face's ``sst2``/``stsb``…, or a folder) into a task; ``run_splits`` says
 which files a run reads, and ``GLUE_SUBMISSION_FILES`` what the leaderboard calls each test split's predictions.
-Tests: ``python -m pytest tests/test_tasks.py``.
+Tests: ``python -m pytest tests/test_task_files.py``.
 """
 
 from __future__ import annotations

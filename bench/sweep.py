@@ -127,7 +127,7 @@ def _fit(name: str, c: Candidate, shards: Path, steps: int, every: int, folder: 
     clock = folder / "clock.jsonl"
     clock.unlink(missing_ok=True)
     callbacks = [
-        {"class_path": "albert_lightning.reporting.PretrainingReport"},
+        {"class_path": "albert_lightning.run_curves.PretrainingReport"},
         {"class_path": "sweep.SweepClock", "init_args": {"output": str(clock), "mark_step": mark}},
     ]
     overrides = {"trainer": {"callbacks": callbacks, "enable_checkpointing": False}}

@@ -7,7 +7,8 @@
 
 Each stage runs as ``python -m pipelines.<stage>`` (``--help`` lists its flags; unknown flags go to Beam) and
 under ``dvc repro``. Pure algorithm modules (``textnorm``, ``sentences``, ``sop``, ``masking``, ``shards``,
-``seeding``) import neither Beam nor torch.
+``seeding``, and ``masked_pairs``, which makes ``sop``'s pairs into the masked sequences ``instances`` writes)
+import neither Beam nor torch.
 """
 
 import logging as _logging

@@ -34,7 +34,7 @@ from pipelines.files import (
     write_bytes_atomically,
     write_json_atomically,
 )
-from pipelines.instance import Instances, Item, build_instances
+from pipelines.masked_pairs import Instances, Item, build_instances
 from pipelines.masking import MaskingConfig, TokenClasses
 from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import rng_for, unit_interval

@@ -1,7 +1,9 @@
 """ALBERT's special-id layout in ``spiece.model`` and the one loader that checks it (pure).
 
-The vocab stage writes the layout, and the instances stage, the training-time masker and the Hugging Face
-export read it through ``load_spiece``, so a model trained with other ids fails loudly instead of silently
+The vocab stage writes the layout and checks the model it trained with ``spiece_from_proto``; the instances stage
+reads the model the same way (from its bytes, so a remote path works); the training-time masker
+(``shard_loader``), fine-tuning (``finetuning``, which the evaluate stage runs) and the Hugging Face export
+(``hf``) read it through ``load_spiece``. So a model trained with other ids fails loudly instead of silently
 masking with the wrong token. Usage::
 
     sp = load_spiece("data/vocab/spiece.model")

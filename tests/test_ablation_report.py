@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from albert_lightning import report
+from albert_lightning import ablation_report
 from albert_lightning.model import AlbertConfig
 from tests.test_model import formula
 
@@ -99,7 +99,7 @@ def test_report_groups_runs_as_the_paper_and_counts_parameters_from_each_config(
         name: _write_run(tmp_path / "runs" / name, overrides, objective, masking)
         for name, (overrides, objective, masking) in VARIANTS.items()
     }
-    grouped = report.main(["--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "out")])
+    grouped = ablation_report.main(["--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "out")])
 
     rows = {row["variant"]: row for row in grouped["All runs"]}
     for name, config in configs.items():
@@ -130,7 +130,9 @@ def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
     for name, (overrides, objective, masking) in VARIANTS.items():
         _write_run(tmp_path / "runs" / name, overrides, objective, masking)
     out = tmp_path / "out"
-    findings = report.main(["--runs", str(tmp_path / "runs"), "--output", str(out), "--bootstrap_resamples", "300"])
+    findings = ablation_report.main(
+        ["--runs", str(tmp_path / "runs"), "--output", str(out), "--bootstrap_resamples", "300"]
+    )
     by_key = {f["key"]: f for f in findings["Findings"]}
     assert json.loads((out / "findings.json").read_text()) == findings["Findings"]
 

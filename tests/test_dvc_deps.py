@@ -64,10 +64,10 @@ def _imported_files(package: str, module: str, seen: set[str] | None = None) -> 
     for node in ast.walk(ast.parse((REPO / path).read_text())):
         if not isinstance(node, ast.ImportFrom) or not node.module:
             continue
-        if node.module in PACKAGES:  # from albert_lightning import report
+        if node.module in PACKAGES:  # from albert_lightning import ablation_report
             for alias in node.names:
                 _imported_files(node.module, alias.name, seen)
-        elif node.module.split(".")[0] in PACKAGES:  # from albert_lightning.tasks import TaskSpec
+        elif node.module.split(".")[0] in PACKAGES:  # from albert_lightning.task_files import TaskSpec
             _imported_files(*node.module.split(".")[:2], seen)
     return seen
 

@@ -11,9 +11,11 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sentencepiece as spm
+import torch
 
 from albert_lightning import evaluate
 from albert_lightning.eval_report import read_predictions, write_report
@@ -22,10 +24,10 @@ from albert_lightning.hf import export_hf
 from albert_lightning.metrics import compute_metrics
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.shard_loader import ShardDataset
-from albert_lightning.tasks import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
+from albert_lightning.task_files import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
 from pipelines.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
-from tests.test_tasks import FILES, TEST_FILES, write_glue
+from tests.test_task_files import FILES, TEST_FILES, write_glue
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +110,22 @@ def test_intrinsic_scores_follow_the_shards_kind(
 ) -> None:
     report = _evaluate(pipeline_run, random_export, tmp_path, "--tasks")
     scores = report["intrinsic"][pipeline_run.shards.name]
-    assert scores["kind"] == "sop" and 0.0 <= scores["mlm_accuracy"] <= 1.0 and 0.0 <= scores["sop_accuracy"] <= 1.0
+    assert scores["kind"] == "sop"
     # The counts behind the accuracies: --intrinsic_batches 1 of --batch_size 4 scores the first 4 rows.
     rows = [ShardDataset(str(pipeline_run.shards), "validation")[i] for i in range(4)]
+    # Rescored independently: transformers' model from the same folder, one unpadded row at a time.
+    reference = pytest.importorskip("transformers").AlbertForPreTraining.from_pretrained(random_export).eval()
+    mlm_correct = pair_correct = 0
+    for row in rows:
+        ids, types, positions, labels = (
+            torch.as_tensor(row[key], dtype=torch.long)
+            for key in ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids")
+        )
+        with torch.no_grad():
+            out = reference(input_ids=ids[None], token_type_ids=types[None])
+        mlm_correct += int((out.prediction_logits[0, positions].argmax(-1) == labels).sum())
+        pair_correct += int(out.sop_logits[0].argmax()) == int(row["sentence_order_label"])
+    assert (scores["mlm_correct"], scores["pair_correct"]) == (mlm_correct, pair_correct)
     targets = Counter(int(t) for row in rows for t in row["masked_lm_ids"])
     assert scores["pairs"] == 4 and scores["mlm_predictions"] == sum(targets.values())
     assert scores["mlm_accuracy"] == scores["mlm_correct"] / scores["mlm_predictions"]
@@ -118,6 +133,18 @@ def test_intrinsic_scores_follow_the_shards_kind(
     frequent_count = targets.most_common(1)[0][1]
     assert scores["mlm_most_frequent_accuracy"] == frequent_count / sum(targets.values())
     assert targets[scores["mlm_most_frequent_id"]] == frequent_count
+    # A known answer (a random model likely gets no MLM guess right): always that id, and pair class 0.
+    guess = scores["mlm_most_frequent_id"]
+
+    class Constant(torch.nn.Module):
+        def forward(self, input_ids, token_type_ids, attention_mask, positions):
+            logits = torch.zeros(*positions.shape, guess + 1)
+            logits[..., guess] = 1.0
+            return SimpleNamespace(prediction_logits=logits, sop_logits=torch.tensor([[1.0, 0.0]] * len(input_ids)))
+
+    known = evaluate.intrinsic_scores(Constant(), str(pipeline_run.shards), 1, 4)
+    first_order = sum(int(row["sentence_order_label"]) == 0 for row in rows)
+    assert (known["mlm_correct"], known["pair_correct"]) == (frequent_count, first_order)
     frequent_cell = f"| {scores['mlm_accuracy']:.3f} | {scores['mlm_most_frequent_accuracy']:.3f} | "
     assert frequent_cell in (tmp_path / "report.md").read_text()
 

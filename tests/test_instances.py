@@ -11,8 +11,8 @@ import pytest
 import sentencepiece as spm
 
 from pipelines.files import read_parquet
-from pipelines.instance import document_instances
 from pipelines.instances import InstancesConfig
+from pipelines.masked_pairs import document_instances
 from pipelines.masking import TokenClasses, is_cjk
 from pipelines.shards import MANIFEST, SPIECE, Manifest, open_shard, shard_schema
 from tests.conftest import LOCAL, PipelineRun, run_instances
