@@ -32,7 +32,7 @@ from pipelines.options import parse_stage_args, run_and_count
 from pipelines.seeding import stable_hash64
 from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pipelines.vocab")  # by name: run as `python -m`, __name__ is "__main__"
 
 __all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to_file", "train_vocab"]
 

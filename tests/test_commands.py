@@ -32,10 +32,13 @@ def test_the_error_line_is_the_raised_message_without_beams_wrapping():
 
 def _corpus_stage(inputs: Path, output: Path) -> subprocess.CompletedProcess:
     """The corpus stage as a user runs it, on two SDK worker processes (whose output is the noise)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
     command = [sys.executable, "-m", "pipelines.corpus", "--params", os.devnull, "--format", "text"]
     command += ["--inputs", str(inputs), "--output", str(output), "--direct_num_workers=2"]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(command, capture_output=True, text=True, env=_environment(), timeout=300)
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK")}
 
 
 def test_a_bad_file_read_by_beam_workers_prints_one_line_and_exits_1(tmp_path: Path):
@@ -60,3 +63,21 @@ def test_a_warning_logged_in_a_beam_worker_is_shown_once_after_the_run(tmp_path:
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = result.stderr.splitlines()
     assert line.startswith(f"warning: {jsonl}: every line looks like JSON")
+
+
+def test_a_warning_of_the_stage_module_itself_is_shown(tmp_path: Path):
+    """Run with ``python -m``, the stage module is ``__main__``: its warnings must still be told from Beam's."""
+    from pipelines import corpus, segment
+
+    text = tmp_path / "in" / "a.txt"
+    text.parent.mkdir()
+    text.write_text("\n\n".join(f"Paragraph {i} holds a sentence. And a second one, number {i}." for i in range(40)))
+    local = ["--params", os.devnull, "--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    corpus.run([*local, "--inputs", str(text.parent), "--format", "text", "--output", str(tmp_path / "corpus")])
+    segment.run([*local, "--input", str(tmp_path / "corpus"), "--output", str(tmp_path / "sentences")])
+    command = [sys.executable, "-m", "pipelines.vocab", *local, "--vocab_size=5000"]
+    command += ["--input", str(tmp_path / "sentences"), "--output", str(tmp_path / "vocab")]
+    result = subprocess.run(command, capture_output=True, text=True, env=_environment(), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [line] = result.stderr.splitlines()
+    assert line.startswith("warning: vocab_size 5000 is more than this corpus supports; using ")
