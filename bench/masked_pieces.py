@@ -11,15 +11,15 @@ other way round: the point of issue 10 §7.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
-import sentencepiece as spm
+
+from pipelines.shards import SPIECE, Manifest, open_shard
+from pipelines.vocab_layout import load_spiece
 
 BARE_SPACE = "▁"
 
@@ -55,12 +55,10 @@ def _add_shard(targets: Targets, table: pa.Table, bare_id: int) -> None:
 
 def read_targets(folder: Path, pieces: Sequence[str], split: str = "train") -> Targets:
     """Returns the target statistics of the ``split`` shards of ``folder``'s manifest."""
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     targets = Targets(np.zeros(len(pieces), dtype=np.int64))
     bare_id = pieces.index(BARE_SPACE) if BARE_SPACE in pieces else -1
-    for shard in (s for s in manifest["shards"] if s["split"] == split):
-        with pa.memory_map(str(folder / shard["file"])) as source:
-            _add_shard(targets, ipc.open_file(source).read_all(), bare_id)
+    for path in Manifest.read(folder).paths(folder, split):
+        _add_shard(targets, open_shard(path), bare_id)
     return targets
 
 
@@ -88,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=15, help="how many of the most frequent targets to list")
     parser.add_argument("--split", default="train", help="which shards of the manifest to read")
     args = parser.parse_args(argv)
-    sp = spm.SentencePieceProcessor(model_file=str(args.folder / "spiece.model"))
+    sp = load_spiece(args.folder / SPIECE)
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     print("\n".join(table(read_targets(args.folder, pieces, args.split), pieces, args.top)))
 
