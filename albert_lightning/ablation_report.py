@@ -26,6 +26,7 @@ from albert_lightning.ablation_findings import Evidence, TaskPredictions
 from albert_lightning.eval_report import read_predictions
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
 from albert_lightning.task_files import TaskSpec
+from pipelines.shards import MANIFEST, Manifest
 
 __all__ = ["Run", "collect", "main", "tables"]
 
@@ -59,8 +60,8 @@ class Run:
 def _factors(checkpoint: dict[str, Any]) -> dict[str, Any]:
     config = checkpoint["hyper_parameters"]["config"]
     data = checkpoint.get("datamodule_hyper_parameters", {})
-    manifest = Path(data.get("data_dir", "")) / "manifest.json"
-    ngram = json.loads(manifest.read_text())["params"]["ngram"] if manifest.exists() else None
+    shards = Path(data.get("data_dir", ""))
+    ngram = Manifest.read(shards).masking.ngram if (shards / MANIFEST).exists() else None
     return {
         "objective": checkpoint["hyper_parameters"].get("inter_sentence"),
         "sharing": config["sharing"],

@@ -40,6 +40,39 @@ def seed_scores(predictions: np.ndarray, references: np.ndarray, metric: Metric 
     return np.array([metric(row, references) for row in predictions], dtype=np.float64)
 
 
+def _check_shapes(pretrained: np.ndarray, random_init: np.ndarray, references: np.ndarray) -> None:
+    """Raises ValueError unless both predictions are [S, N] for the N references, with S and N above zero."""
+    if pretrained.ndim != 2 or pretrained.shape != random_init.shape or pretrained.shape[1] != len(references):
+        raise ValueError(
+            f"predictions {pretrained.shape} and {random_init.shape} must be [S, N] for N={len(references)}"
+        )
+    seeds, examples = pretrained.shape
+    if seeds == 0 or examples == 0:
+        raise ValueError("a gain needs at least one seed and one dev example")
+
+
+def _resampled_median_gains(
+    pretrained: np.ndarray,
+    random_init: np.ndarray,
+    references: np.ndarray,
+    metric: Metric | None,
+    resamples: int,
+    seed: int,
+) -> np.ndarray:
+    """The bootstrap statistics [B]: each resample's median gain over its drawn seeds, on its drawn examples."""
+    seeds, examples = pretrained.shape
+    rng = np.random.default_rng(seed)
+    statistics = np.empty(resamples)
+    for b in range(resamples):
+        drawn = rng.integers(0, seeds, size=seeds)
+        rows = rng.integers(0, examples, size=examples)
+        needed = np.unique(drawn)  # score only the seeds drawn: a metric call can be slow
+        p = seed_scores(pretrained[needed][:, rows], references[rows], metric)
+        r = seed_scores(random_init[needed][:, rows], references[rows], metric)
+        statistics[b] = np.median((p - r)[np.searchsorted(needed, drawn)])
+    return statistics
+
+
 def median_gain_interval(
     pretrained: np.ndarray,
     random_init: np.ndarray,
@@ -71,22 +104,8 @@ def median_gain_interval(
         ValueError: The arrays' shapes disagree, or there are no seeds or examples.
     """
     pretrained, random_init, references = map(np.asarray, (pretrained, random_init, references))
-    if pretrained.ndim != 2 or pretrained.shape != random_init.shape or pretrained.shape[1] != len(references):
-        raise ValueError(
-            f"predictions {pretrained.shape} and {random_init.shape} must be [S, N] for N={len(references)}"
-        )
-    seeds, examples = pretrained.shape
-    if seeds == 0 or examples == 0:
-        raise ValueError("a gain needs at least one seed and one dev example")
+    _check_shapes(pretrained, random_init, references)
     gains = seed_scores(pretrained, references, metric) - seed_scores(random_init, references, metric)
-    rng = np.random.default_rng(seed)
-    statistics = np.empty(resamples)
-    for b in range(resamples):
-        drawn = rng.integers(0, seeds, size=seeds)
-        rows = rng.integers(0, examples, size=examples)
-        needed = np.unique(drawn)  # score only the seeds drawn: a metric call can be slow
-        p = seed_scores(pretrained[needed][:, rows], references[rows], metric)
-        r = seed_scores(random_init[needed][:, rows], references[rows], metric)
-        statistics[b] = np.median((p - r)[np.searchsorted(needed, drawn)])
+    statistics = _resampled_median_gains(pretrained, random_init, references, metric, resamples, seed)
     low, high = np.percentile(statistics, [50 * (1 - level), 50 * (1 + level)])
     return GainInterval(float(np.median(gains)), float(low), float(high))

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,9 +23,9 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from pipelines.masking import MaskingConfig, TokenClasses, mask_batch
+from pipelines.masking import TokenClasses, mask_batch
 from pipelines.seeding import mix_keys, stable_hash64
-from pipelines.shards import SPIECE, Manifest
+from pipelines.shards import SPIECE, Manifest, open_shard
 from pipelines.vocab_layout import load_spiece
 
 __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
@@ -92,11 +93,8 @@ def _offsets(lengths: Iterable[int] | np.ndarray) -> np.ndarray:
 class _Shard:
     """One memory-mapped shard as flat numpy views: row i of a list column is values[offsets[i]:offsets[i+1]]."""
 
-    def __init__(self, path: str) -> None:
-        try:
-            table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all().combine_chunks()
-        except (pa.ArrowInvalid, OSError) as err:  # changed since the manifest was checked
-            raise ValueError(f"{path}: not a readable Arrow shard ({err}); rerun the instances stage") from err
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        table = open_shard(path, schema).combine_chunks()  # the contract's reader: names the file, checks the schema
         self.rows = table.num_rows
         self.lists = {}
         for name in LIST_COLUMNS:
@@ -128,10 +126,6 @@ class ShardDataset(Dataset):
         self.spiece = os.path.join(folder, SPIECE)
         if verify:
             load_spiece(self.spiece)
-        params = self.manifest.params
-        self.masking_config = MaskingConfig(
-            params["masked_lm_prob"], params["max_predictions_per_seq"], params["ngram"], params["favor_shorter_ngram"]
-        )
         self._key = np.uint64(stable_hash64("dynamic-masking", seed))
         self._shards: list[_Shard] | None = None  # opened lazily, once per worker process
         self._classes: TokenClasses | None = None
@@ -140,7 +134,7 @@ class ShardDataset(Dataset):
         return int(self.starts[-1])
 
     def _open(self) -> None:
-        self._shards = [_Shard(p) for p in self.paths]
+        self._shards = [_Shard(p, self.manifest.schema) for p in self.paths]
         sp = load_spiece(self.spiece)
         self._classes = TokenClasses.from_pieces([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
 
@@ -173,7 +167,7 @@ class ShardDataset(Dataset):
         row_start = np.repeat(rows.offsets[:-1], predictions)
         original[row_start + rows.masked_lm_positions] = rows.masked_lm_ids
         keys = mix_keys(mix_keys(self._key, epochs.astype(np.uint64)), rows.index.astype(np.uint64))
-        masked = mask_batch(original, rows.offsets, keys, self._classes, self.masking_config)
+        masked = mask_batch(original, rows.offsets, keys, self._classes, self.manifest.masking)
         rows.input_ids, rows.masked_lm_positions, rows.masked_lm_ids = masked.input_ids, masked.positions, masked.labels
         rows.prediction_offsets = masked.offsets
 
@@ -304,7 +298,12 @@ class ShardDataModule(L.LightningDataModule):
 
     @property
     def inter_sentence(self) -> str:
-        return self.manifest.params["inter_sentence"]
+        return self.manifest.inter_sentence
+
+    @property
+    def normalizer(self) -> dict[str, bool]:
+        """How the shards' text was normalised (``textnorm.Normalizer``'s fields), for fine-tuning and export."""
+        return dataclasses.asdict(self.manifest.normalizer)
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer

@@ -254,6 +254,27 @@ def _label(spec: TaskSpec, value: Any, where: str) -> str | float:
     return label
 
 
+def _example(
+    spec: TaskSpec,
+    path: Path,
+    split: str,
+    line: int,
+    record: dict[str, Any],
+    required: list[str],
+    unlabelled_ok: bool,
+) -> Example:
+    """Checks one record's columns and label and makes it an ``Example``."""
+    where = f"{path}, line {line}"
+    _require(record, required, where)
+    value = record.get(spec.label_column)
+    if value is None and not unlabelled_ok:
+        raise TaskDataError(f"{where}: null {spec.label_column!r}; expected a label in split {split!r}")
+    label = None if value is None else _label(spec, value, where)
+    text_b = None if spec.text_b is None else str(record[spec.text_b])
+    example_id = next((record[c] for c in ID_COLUMNS if c in record), None)
+    return Example(str(record[spec.text_a]), text_b, label, line, example_id)
+
+
 def load_split(spec: TaskSpec, folder: str | Path, split: str, stats: LoadStats | None = None) -> list[Example]:
     """Reads one split of a task.
 
@@ -281,17 +302,7 @@ def load_split(spec: TaskSpec, folder: str | Path, split: str, stats: LoadStats 
     required = required[:-1] if unlabelled_ok else required
     if columns is not None:
         _require(columns, required, f"{path}, line 1 (header)" if not headerless else f"{path} (no header row)")
-    examples = []
-    for line, record in records:
-        where = f"{path}, line {line}"
-        _require(record, required, where)
-        value = record.get(spec.label_column)
-        if value is None and not unlabelled_ok:
-            raise TaskDataError(f"{where}: null {spec.label_column!r}; expected a label in split {split!r}")
-        label = None if value is None else _label(spec, value, where)
-        text_b = None if spec.text_b is None else str(record[spec.text_b])
-        example_id = next((record[c] for c in ID_COLUMNS if c in record), None)
-        examples.append(Example(str(record[spec.text_a]), text_b, label, line, example_id))
+    examples = [_example(spec, path, split, line, record, required, unlabelled_ok) for line, record in records]
     if not examples:
         raise TaskDataError(f"{path}: no examples; expected at least one data row for split {split!r}")
     if stats.skipped_malformed:
@@ -349,6 +360,19 @@ def _sorted_labels(values: set[str]) -> tuple[str, ...]:
         return tuple(sorted(values))
 
 
+def _train_labels(
+    train: Path, columns: tuple[str, ...] | None, rows: list[tuple[int, dict[str, Any]]], label_column: str
+) -> tuple[str, ...]:
+    """The sorted set of labels in the train file's rows, for a task whose ``task.json`` lists none."""
+    if columns is not None:
+        _require(columns, [label_column], f"{train}, line 1 (header)")
+    for line, record in rows:
+        _require(record, [label_column], f"{train}, line {line}")
+    if not rows:
+        raise TaskDataError(f"{train}: no examples; expected labelled training rows to take the labels from")
+    return _sorted_labels({_label_text(record[label_column]) for _, record in rows})
+
+
 def generic_task(folder: str | Path) -> TaskSpec:
     """Describes a user's task folder: ``train`` and ``dev`` (optional ``test``) as ``.tsv`` or ``.jsonl``.
 
@@ -377,13 +401,7 @@ def generic_task(folder: str | Path) -> TaskSpec:
     text_b = config["text_b"] if "text_b" in config else ("text_b" if "text_b" in keys else None)
     labels = tuple(_label_text(x) for x in config.get("labels", ()))
     if kind == "classification" and not labels:
-        if columns is not None:
-            _require(columns, [label_column], f"{train}, line 1 (header)")
-        for line, record in rows:
-            _require(record, [label_column], f"{train}, line {line}")
-        if not rows:
-            raise TaskDataError(f"{train}: no examples; expected labelled training rows to take the labels from")
-        labels = _sorted_labels({_label_text(record[label_column]) for _, record in rows})
+        labels = _train_labels(train, columns, rows, label_column)
     metrics = tuple(config.get("metrics", REGRESSION_METRICS if kind == "regression" else ("accuracy",)))
     primary = config.get("primary", "pearson_spearman_mean" if "pearson_spearman_mean" in metrics else metrics[0])
     try:

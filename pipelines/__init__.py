@@ -4,11 +4,13 @@
 - ``segment``   documents → normalised sentences                                         → ``data/sentences/``
 - ``vocab``     a hash-bounded sentence sample → SentencePiece unigram model              → ``data/vocab/``
 - ``instances`` SOP pairs with n-gram masks → Arrow IPC shards + ``manifest.json``        → ``data/shards/``
+- ``tasks``     downstream classification tasks from the documents' metadata             → ``data/tasks/``
 
 Each stage runs as ``python -m pipelines.<stage>`` (``--help`` lists its flags; unknown flags go to Beam) and
-under ``dvc repro``. Pure algorithm modules (``textnorm``, ``sentences``, ``sop``, ``masking``, ``shards``,
-``seeding``, and ``masked_pairs``, which makes ``sop``'s pairs into the masked sequences ``instances`` writes)
-import neither Beam nor torch.
+under ``dvc repro``. What they share: ``params`` and ``options`` (command line), ``stage`` (counters, output
+clean-up), ``files`` and ``commands``. The contracts between them: ``documents``, ``shards`` and
+``vocab_layout``. The algorithms (``textnorm``, ``sentences``, ``sop``, ``masking``, ``masked_pairs``,
+``seeding``) and the contracts ``shards`` and ``vocab_layout`` are pure: they import neither Beam nor torch.
 """
 
 import logging as _logging

@@ -33,22 +33,22 @@ import json
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics
 
 from pipelines import files, pydocs
 from pipelines.commands import main
 from pipelines.documents import (
     DOCUMENT_SCHEMA,
+    STATS,
     file_index,
     file_name,
     files_for_bytes,
-    remove_outputs,
+    outputs,
     table_from_rows,
 )
-from pipelines.options import parse_stage_args, run_and_count
+from pipelines.options import parse_stage_args
 from pipelines.seeding import stable_hash64
 from pipelines.sources import FORMATS, Source, plan_sources, read_records
+from pipelines.stage import Counters, owning_outputs, run_and_count
 
 __all__ = [
     "CorpusConfig",
@@ -93,19 +93,18 @@ class CorpusConfig:
 class _ReadFile(beam.DoFn):
     """Reads one input file into documents; owns the counters of files and documents skipped."""
 
-    COUNTERS = ("input_files", "empty_files", "empty_documents")
+    COUNTERS = Counters("corpus.read", "input_files", "empty_files", "empty_documents")
 
     def __init__(self, text_field: str):
         self._text_field = text_field
-        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
 
     def process(self, source: Source) -> Iterator[dict]:
-        self._count["input_files"].inc()
+        self.COUNTERS.inc("input_files")
         produced = 0
         for ordinal, (text, where) in enumerate(read_records(source, self._text_field) if source.size else ()):
             produced += 1
             if not text.strip():
-                self._count["empty_documents"].inc()
+                self.COUNTERS.inc("empty_documents")
                 continue
             meta = {"format": source.format, "source": source.name, **where}
             yield {
@@ -115,18 +114,17 @@ class _ReadFile(beam.DoFn):
                 "meta": json.dumps(meta, sort_keys=True),
             }
         if not produced:
-            self._count["empty_files"].inc()
+            self.COUNTERS.inc("empty_files")
 
 
 class _ParseEmbeddedSource(beam.DoFn):
     """Parses one (library, source file) of the embedded default into documents; owns their counters."""
 
-    COUNTERS = ("source_files", "unparsable_sources", "short_docstrings")
+    COUNTERS = Counters("corpus.embedded", "source_files", "unparsable_sources", "short_docstrings")
 
     def __init__(self, min_chars: int, versions: dict[str, str]):
         self._min_chars = min_chars
         self._versions = versions
-        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
 
     def setup(self) -> None:
         # stats.json records the launcher's versions: a worker with others would write a corpus they do not describe.
@@ -137,17 +135,17 @@ class _ParseEmbeddedSource(beam.DoFn):
 
     def process(self, element: tuple[str, str]) -> Iterator[dict]:
         library, source = element
-        self._count["source_files"].inc()
+        self.COUNTERS.inc("source_files")
         try:
             documents = pydocs.source_documents(source, self._roots[library], library)
         except (SyntaxError, ValueError):  # e.g. a file written for another Python version
-            self._count["unparsable_sources"].inc()
+            self.COUNTERS.inc("unparsable_sources")
             return
         for document in documents:
             if len(document["text"]) > self._min_chars:
                 yield document
             else:
-                self._count["short_docstrings"].inc()
+                self.COUNTERS.inc("short_docstrings")
 
 
 def _selection_key(document: dict) -> int:
@@ -212,17 +210,16 @@ class _WriteFile(beam.DoFn):
     depend on the set of ids alone, not on the runner or its workers.
     """
 
-    COUNTERS = ("documents", "document_bytes")
+    COUNTERS = Counters("corpus.write", "documents", "document_bytes")
 
     def __init__(self, output: str):
         self._output = output
-        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
 
     def process(self, element: tuple[int, Iterable[dict]], buckets: list[int]) -> Iterator[str]:
         bucket, documents = element
         rows = list(documents)
-        self._count["documents"].inc(len(rows))
-        self._count["document_bytes"].inc(sum(map(_text_bytes, rows)))
+        self.COUNTERS.inc("documents", len(rows))
+        self.COUNTERS.inc("document_bytes", sum(map(_text_bytes, rows)))
         name = file_name("documents", bisect.bisect_left(buckets, bucket), len(buckets))
         path = files.join(self._output, name)
         files.write_parquet_atomically(path, table_from_rows(rows, DOCUMENT_SCHEMA))
@@ -277,20 +274,17 @@ def run(argv: list[str] | None = None) -> dict:
         __doc__.splitlines()[0],
     )
     output = args.paths["output"]
-    remove_outputs(output, "documents")
-    try:
+    with owning_outputs(output, STATS, outputs("documents")):
         pipeline = beam.Pipeline(options=args.beam)
         reader = ReadDocuments(args.config)
         _ = pipeline | "ReadDocuments" >> reader | "WriteDocuments" >> WriteDocumentFiles(output)
-        counters = run_and_count(pipeline, _ReadFile if args.config.inputs else _ParseEmbeddedSource, _WriteFile)
+        read = _ReadFile if args.config.inputs else _ParseEmbeddedSource
+        counters = run_and_count(pipeline, read.COUNTERS, _WriteFile.COUNTERS)
         _require_text(args.config, counters)
-    except BaseException:
-        remove_outputs(output, "documents")
-        raise
-    written = FileSystems.match([files.join(output, "documents-*-of-*.parquet")])[0].metadata_list
-    config = dataclasses.asdict(args.config)
-    stats = {"config": config, "counters": counters, "files": len(written), "sources": reader.versions}
-    files.write_json_atomically(files.join(output, "stats.json"), stats)
+        written = files.match_paths([files.join(output, "documents-*-of-*.parquet")])
+        config = dataclasses.asdict(args.config)
+        stats = {"config": config, "counters": counters, "files": len(written), "sources": reader.versions}
+        files.write_json_atomically(files.join(output, STATS), stats)
     return stats
 
 

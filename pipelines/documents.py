@@ -7,6 +7,9 @@ file are sorted by id, so equal inputs give equal files.
 
 from __future__ import annotations
 
+import json
+import re
+
 import pyarrow as pa
 
 from pipelines import files
@@ -18,9 +21,12 @@ __all__ = [
     "file_index",
     "file_name",
     "files_for_bytes",
-    "remove_outputs",
+    "finished_files",
+    "read_stats",
     "table_from_rows",
 ]
+
+STATS = "stats.json"  # written last by the corpus and segment stages: its presence marks a finished run
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -60,9 +66,32 @@ def file_name(kind: str, index: int, num_files: int) -> str:
     return f"{kind}-{index:05d}-of-{num_files:05d}.parquet"
 
 
-def remove_outputs(output: str, kind: str) -> None:
-    """Deletes ``{kind}-*.parquet``, ``stats.json`` and leftover temporary files from ``output``."""
-    files.delete_matching(output, [f"{kind}-*-of-*.parquet", "stats.json", ".tmp-*"])
+def outputs(kind: str) -> list[str]:
+    """The file patterns a stage writing ``kind`` files owns, besides its ``STATS`` marker."""
+    return [f"{kind}-*-of-*.parquet"]
+
+
+def finished_files(folder: str, kind: str) -> list[str]:
+    """Returns the ``{kind}-i-of-n.parquet`` files of a finished stage in ``folder``, in order.
+
+    Raises:
+        FileNotFoundError: ``folder`` has no ``stats.json`` (its stage did not finish) or no ``kind`` files.
+        ValueError: the files are not one complete ``{kind}-i-of-n`` set.
+    """
+    if not files.exists(files.join(folder, STATS)):
+        raise FileNotFoundError(f"{folder}: no {STATS}, so no finished stage output here")
+    pattern = re.compile(rf"{kind}-(\d+)-of-(\d+)\.parquet$")
+    paths = [p for p, _ in files.match_paths([files.join(folder, f"{kind}-*-of-*.parquet")]) if pattern.search(p)]
+    numbers = sorted(tuple(map(int, pattern.search(p).groups())) for p in paths)
+    if not paths or numbers != [(i, numbers[0][1]) for i in range(numbers[0][1])]:
+        count = numbers[0][1] if numbers else 0
+        raise ValueError(f"{folder}: {kind}-*.parquet are not one complete set of {count} files; rerun its stage")
+    return sorted(paths)
+
+
+def read_stats(folder: str) -> dict:
+    """Returns the ``stats.json`` of a finished stage (its config, counters, ...)."""
+    return json.loads(files.read_bytes(files.join(folder, STATS)))
 
 
 def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:

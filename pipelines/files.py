@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 __all__ = [
     "delete_if_exists",
     "delete_matching",
+    "exists",
     "join",
     "match_paths",
     "read_bytes",
@@ -94,8 +95,12 @@ def _split_local(path: str) -> tuple[str, str]:
     return directory or ".", name
 
 
+def exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
 def delete_if_exists(path: str) -> None:
-    if FileSystems.exists(path):
+    if exists(path):
         FileSystems.delete([path])
 
 

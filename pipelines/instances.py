@@ -20,38 +20,30 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import files
 from pipelines.commands import main
-from pipelines.files import (
-    delete_if_exists,
-    delete_matching,
-    join,
-    match_paths,
-    read_bytes,
-    read_parquet,
-    sha256_hex,
-    write_bytes_atomically,
-    write_json_atomically,
-)
+from pipelines.documents import STATS, finished_files, read_stats
 from pipelines.masked_pairs import Instances, Item, build_instances
 from pipelines.masking import MaskingConfig, TokenClasses
-from pipelines.options import parse_stage_args, run_and_count
+from pipelines.options import parse_stage_args
 from pipelines.seeding import rng_for, unit_interval
 from pipelines.shards import (
     MANIFEST,
     SCHEMA_VERSION,
     SPIECE,
+    SPLITS,
     Manifest,
     ShardInfo,
+    ShardWriter,
     rows_table,
-    serialize_shard,
-    shard_info,
-    shard_name,
     shard_schema,
     sorted_by_key,
 )
 from pipelines.sop import PairConfig, randint
+from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import spiece_from_proto
 
 __all__ = ["BuildInstances", "InstancesConfig", "run"]
@@ -83,33 +75,47 @@ class InstancesConfig:
 class _BuildShardsFn(beam.DoFn):
     """Builds and writes the two shards of one sentence file; loads SentencePiece once per worker."""
 
-    def __init__(self, spiece: str, output: str, num_files: int, config: InstancesConfig) -> None:
-        self.spiece, self.output, self.num_files, self.config = spiece, output, num_files, config
-        self.documents = Metrics.counter(self.__class__, "documents")
-        self.instances = Metrics.counter(self.__class__, "instances")
-        self.tokens = Metrics.counter(self.__class__, "tokens")
-        self.masked = Metrics.counter(self.__class__, "masked_tokens")
+    COUNTERS = Counters("instances", "documents", "instances", "tokens", "masked_tokens")
+
+    def __init__(self, spiece: str, writer: ShardWriter, config: InstancesConfig) -> None:
+        self.spiece, self.writer, self.config = spiece, writer, config
 
     def setup(self) -> None:
-        self.sp = spiece_from_proto(read_bytes(self.spiece), self.spiece)
-        pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
-        self.classes = TokenClasses.from_pieces(pieces)
-        self.schema = shard_schema(len(pieces), self.config.max_seq_length)
+        self.sp = spiece_from_proto(files.read_bytes(self.spiece), self.spiece)
+        self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
         self.pairs, self.masking = self.config.pairs, self.config.masking  # built once per worker
 
     def process(self, indexed_path: tuple[int, str]) -> Iterator[ShardInfo]:
         index, path = indexed_path
-        table = read_parquet(path, columns=["id", "sentences"])
+        table = files.read_parquet(path, columns=["id", "sentences"])
         ids = table.column("id").to_pylist()
-        sentences = table.column("sentences").to_pylist()
+        documents = self._encode(table.column("sentences").to_pylist())
+        self.COUNTERS.inc("documents", len(ids))
+        for split, (items, sizes) in self._items(ids, documents).items():
+            tables, keys = [], []
+            # Chunks bound the working memory however large the file or dupe_factor.
+            for chunk in _chunks(items, sizes):
+                built = build_instances(chunk, self.config.seed, self.pairs, self.masking, self.classes)
+                tables.append(self._table(built, chunk))
+                keys.append(built.keys)
+                self.COUNTERS.inc("instances", len(built))
+                self.COUNTERS.inc("tokens", len(built.input_ids))
+                self.COUNTERS.inc("masked_tokens", len(built.masked.positions))
+            yield self.writer.write_shard(split, index, sorted_by_key(tables, keys))
+
+    def _encode(self, sentences: list[list[str]]) -> list[list[list[int]]]:
+        """Returns each document's sentences as piece ids."""
         # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence.
         flat = self.sp.encode([s for doc in sentences for s in doc], num_threads=1)  # workers are the parallelism
         documents, start = [], 0
         for doc in sentences:
             documents.append(flat[start : start + len(doc)])
             start += len(doc)
-        items: dict[str, list[Item]] = {"train": [], "validation": []}
-        sizes: dict[str, list[int]] = {"train": [], "validation": []}  # source tokens of each item, for chunking
+        return documents
+
+    def _items(self, ids: list[str], documents: list[list[list[int]]]) -> dict[str, tuple[list[Item], list[int]]]:
+        """Returns per split the items to build (a document once per duplicate) and each one's source tokens."""
+        items: dict[str, tuple[list[Item], list[int]]] = {split: ([], []) for split in SPLITS}
         for position, (document_id, segments) in enumerate(zip(ids, documents, strict=True)):
             held_out = unit_interval("validation", document_id) < self.config.validation_fraction
             split, size = "validation" if held_out else "train", sum(map(len, segments))
@@ -117,27 +123,11 @@ class _BuildShardsFn(beam.DoFn):
             for duplicate in range(dupes):
                 other = None
                 if self.pairs.inter_sentence == "nsp":  # only BERT's negatives need another document
-                    other = _other_document(
-                        documents, position, rng_for(self.config.seed, document_id, duplicate, "nsp")
-                    )
-                items[split].append(Item(segments, document_id, duplicate, other))
-                sizes[split].append(size)
-        self.documents.inc(len(ids))
-        for split, split_items in items.items():
-            tables, keys = [], []
-            # Chunks bound the working memory however large the file or dupe_factor.
-            for chunk in _chunks(split_items, sizes[split]):
-                built = build_instances(chunk, self.config.seed, self.pairs, self.masking, self.classes)
-                tables.append(self._table(built, chunk))
-                keys.append(built.keys)
-                self.instances.inc(len(built))
-                self.tokens.inc(len(built.input_ids))
-                self.masked.inc(len(built.masked.positions))
-            table = sorted_by_key(tables, keys)
-            name = shard_name(split, index, self.num_files)
-            data = serialize_shard(table)
-            write_bytes_atomically(join(self.output, name), data)
-            yield shard_info(name, split, table, data)
+                    rng = rng_for(self.config.seed, document_id, duplicate, "nsp")
+                    other = _other_document(documents, position, rng)
+                items[split][0].append(Item(segments, document_id, duplicate, other))
+                items[split][1].append(size)
+        return items
 
     def _table(self, built: Instances, items: list[Item]) -> pa.Table:
         lists = {
@@ -152,7 +142,7 @@ class _BuildShardsFn(beam.DoFn):
             "duplicate": np.array([item.duplicate for item in items], dtype=np.int64)[built.item],
             "target_length": built.target_length,
         }
-        return rows_table(self.schema, lists, scalars)
+        return rows_table(self.writer.schema, lists, scalars)
 
 
 CHUNK_TOKENS = 1 << 18  # source tokens built and masked at once: ~20 MB of working arrays
@@ -185,23 +175,14 @@ def _other_document(documents: list, position: int, rng):
 
 
 class BuildInstances(beam.PTransform):
-    """(file index, sentence file path) → the ``ShardInfo`` of the two shards written for it."""
+    """(file index, sentence file path) → the ``ShardInfo`` of the two shards ``writer`` wrote for it."""
 
-    def __init__(self, spiece: str, output: str, num_files: int, config: InstancesConfig) -> None:
+    def __init__(self, spiece: str, writer: ShardWriter, config: InstancesConfig) -> None:
         super().__init__()
-        self.fn = _BuildShardsFn(spiece, output, num_files, config)
+        self.fn = _BuildShardsFn(spiece, writer, config)
 
     def expand(self, files):
         return files | "SpreadFilesOverWorkers" >> beam.Reshuffle() | "BuildAndWriteShards" >> beam.ParDo(self.fn)
-
-
-def _sentence_files(folder: str) -> list[str]:
-    paths = [path for path, _ in match_paths([join(folder, "sentences-*.parquet")])]
-    expected = f"-of-{len(paths):05d}.parquet"
-    odd = [p for p in paths if not p.endswith(expected)]
-    if odd:
-        raise ValueError(f"{odd[0]}: expected {len(paths)} sentence files named *{expected}; is {folder} complete?")
-    return paths
 
 
 SHARD_INDEX = ".shard-index.json"  # the workers' ShardInfos, gathered in the pipeline; folded into the manifest
@@ -209,16 +190,48 @@ SHARD_INDEX = ".shard-index.json"  # the workers' ShardInfos, gathered in the pi
 
 def _write_shard_index(infos: list[ShardInfo], output: str) -> None:
     ordered = sorted((dataclasses.asdict(i) for i in infos), key=lambda i: (i["split"] != "train", i["file"]))
-    write_json_atomically(join(output, SHARD_INDEX), ordered)
+    files.write_json_atomically(files.join(output, SHARD_INDEX), ordered)
+
+
+def _read_shard_index(output: str) -> list[ShardInfo]:
+    # The workers' own entries (hashes of the bytes they wrote): the shards are not read again here, which on
+    # Dataflow would mean downloading all of them to the launching machine.
+    shards = [ShardInfo(**info) for info in json.loads(files.read_bytes(files.join(output, SHARD_INDEX)))]
+    files.delete_if_exists(files.join(output, SHARD_INDEX))
+    return shards
+
+
+def _normalizer(input_folder: str) -> Normalizer:
+    """How the segment stage normalised the text: recorded in the manifest for fine-tuning and export."""
+    stats = read_stats(input_folder)
+    if "normalizer" not in stats:
+        raise ValueError(f"{files.join(input_folder, STATS)}: no normalizer record (older segment stage); rerun it")
+    return Normalizer(**stats["normalizer"])
 
 
 def _check_not_empty(shards: list[ShardInfo], input_folder: str, config: InstancesConfig, counters: dict) -> None:
-    rows = {split: sum(s.rows for s in shards if s.split == split) for split in ("train", "validation")}
+    rows = {split: sum(s.rows for s in shards if s.split == split) for split in SPLITS}
     if (config.dupe_factor > 0 and not rows["train"]) or not sum(rows.values()):
         raise ValueError(
             f"{input_folder}: no {'training ' if config.dupe_factor else ''}instances from "
-            f"{counters.get('documents', 0)} documents; is the corpus empty or too small?"
+            f"{counters['documents']} documents; is the corpus empty or too small?"
         )
+
+
+def _write_shards(
+    options: PipelineOptions, inputs: list[str], spiece: str, writer: ShardWriter, config: InstancesConfig
+) -> tuple[list[ShardInfo], dict[str, int]]:
+    """Runs the pipeline that writes every shard; returns their manifest entries and the counters."""
+    pipeline = beam.Pipeline(options=options)
+    _ = (
+        pipeline
+        | "ListSentenceFiles" >> beam.Create(list(enumerate(inputs)))
+        | "BuildInstances" >> BuildInstances(spiece, writer, config)
+        | "GatherShardInfo" >> beam.combiners.ToList()
+        | "WriteShardIndex" >> beam.Map(_write_shard_index, writer.folder)
+    )
+    counters = run_and_count(pipeline, _BuildShardsFn.COUNTERS)
+    return _read_shard_index(writer.folder), counters
 
 
 def run(argv: list[str] | None = None) -> Manifest:
@@ -231,41 +244,30 @@ def run(argv: list[str] | None = None) -> Manifest:
         __doc__,
     )
     config, input_folder, spiece, output = args.config, *args.paths.values()
-    files = _sentence_files(input_folder)
-    spiece_bytes = read_bytes(spiece)
+    inputs = finished_files(input_folder, "sentences")
+    normalizer = _normalizer(input_folder)
+    spiece_bytes = files.read_bytes(spiece)
     vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
     config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
-    # The manifest first (a folder without one is never taken for a complete one), then stale shards of an
-    # earlier run with more files and the temporary files of a killed one, so the folder holds this run alone.
-    delete_matching(output, [MANIFEST, "*.arrow", SHARD_INDEX, SPIECE, ".tmp-*"])
-    pipeline = beam.Pipeline(options=args.beam)
-    _ = (
-        pipeline
-        | "ListSentenceFiles" >> beam.Create(list(enumerate(files)))
-        | "BuildInstances" >> BuildInstances(spiece, output, len(files), config)
-        | "GatherShardInfo" >> beam.combiners.ToList()
-        | "WriteShardIndex" >> beam.Map(_write_shard_index, output)
-    )
-    counters = run_and_count(pipeline)
-    write_bytes_atomically(join(output, SPIECE), spiece_bytes)
-    # The workers' own entries (hashes of the bytes they wrote): the shards are not read again here, which on
-    # Dataflow would mean downloading all of them to the launching machine.
-    shards = [ShardInfo(**info) for info in json.loads(read_bytes(join(output, SHARD_INDEX)))]
-    delete_if_exists(join(output, SHARD_INDEX))
-    expected = {shard_name(split, i, len(files)) for split in ("train", "validation") for i in range(len(files))}
-    if {s.file for s in shards} != expected:
-        raise RuntimeError(f"{output}: the pipeline wrote {len(shards)} shards, expected {len(expected)}")
-    _check_not_empty(shards, input_folder, config, counters)
-    manifest = Manifest(
-        SCHEMA_VERSION,
-        shards,
-        vocab_size,
-        config.max_seq_length,
-        sha256_hex(spiece_bytes),
-        dataclasses.asdict(config),
-        counters,
-    )
-    write_json_atomically(join(output, MANIFEST), manifest.to_json())
+    schema = shard_schema(vocab_size, config.max_seq_length)
+    writer = ShardWriter(output, len(inputs), schema, files.write_bytes_atomically, files.join)
+    # Stale shards of an earlier run with more files go too, so the folder holds this run alone.
+    with owning_outputs(output, MANIFEST, ["*.arrow", SHARD_INDEX, SPIECE]):
+        shards, counters = _write_shards(args.beam, inputs, spiece, writer, config)
+        _check_not_empty(shards, input_folder, config, counters)
+        manifest = Manifest(
+            schema_version=SCHEMA_VERSION,
+            shards=shards,
+            vocab_size=vocab_size,
+            spiece_sha256=writer.write_spiece(spiece_bytes),
+            max_seq_length=config.max_seq_length,
+            inter_sentence=config.inter_sentence,
+            masking=config.masking,
+            normalizer=normalizer,
+            params=dataclasses.asdict(config),
+            counters=counters,
+        )
+        writer.write_manifest(manifest)
     return manifest
 
 

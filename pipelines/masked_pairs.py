@@ -72,6 +72,34 @@ def build_instances(
         masking: the n-gram masking knobs.
         classes: the vocabulary's word-start facts.
     """
+    sequences = _pair_sequences(items, seed, pairs)
+    masked = mask_batch(sequences.tokens, sequences.offsets, sequences.keys, classes, masking)
+    return Instances(
+        input_ids=masked.input_ids,
+        offsets=sequences.offsets,
+        num_a=sequences.num_a,
+        masked=masked,
+        sentence_order_label=sequences.labels,
+        target_length=sequences.targets,
+        item=sequences.item,
+        keys=sequences.keys,
+    )
+
+
+class _Sequences(NamedTuple):
+    """Unmasked ``[CLS] A [SEP] B [SEP]`` rows as flat columns, each with the key that seeds its masks."""
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+    num_a: np.ndarray
+    labels: np.ndarray
+    targets: np.ndarray
+    item: np.ndarray
+    keys: np.ndarray
+
+
+def _pair_sequences(items: Sequence[Item], seed: int, pairs: PairConfig) -> _Sequences:
+    """Draws every item's sentence pairs from its own generator and lays them out as sequences."""
     tokens, ends = array("q"), [0]
     num_a, labels, targets, item_of, pair_of = [], [], [], [], []
     item_keys = np.empty(len(items), dtype=np.uint64)
@@ -91,18 +119,14 @@ def build_instances(
             pair_of.append(k)
         item_keys[i] = stable_hash64("masks", seed, item.document_id, item.duplicate)
     item_index = np.array(item_of, dtype=np.int64)
-    keys = mix_keys(item_keys[item_index], np.array(pair_of, dtype=np.uint64))
-    offsets = np.array(ends, dtype=np.int64)
-    masked = mask_batch(np.frombuffer(tokens, dtype=np.int64), offsets, keys, classes, masking)
-    return Instances(
-        input_ids=masked.input_ids,
-        offsets=offsets,
+    return _Sequences(
+        tokens=np.frombuffer(tokens, dtype=np.int64),
+        offsets=np.array(ends, dtype=np.int64),
         num_a=np.array(num_a, dtype=np.int64),
-        masked=masked,
-        sentence_order_label=np.array(labels, dtype=np.int8),
-        target_length=np.array(targets, dtype=np.int64),
+        labels=np.array(labels, dtype=np.int8),
+        targets=np.array(targets, dtype=np.int64),
         item=item_index,
-        keys=keys,
+        keys=mix_keys(item_keys[item_index], np.array(pair_of, dtype=np.uint64)),
     )
 
 

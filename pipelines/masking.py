@@ -221,37 +221,52 @@ def _mask_rows(
             available[w] = min(ngram, available[w + 1] + 1) if same_run else 1
             order[w] = w
         chosen[: hi - lo] = False
-        room = budget[row]
-        for k in range(count):  # a lazy Fisher-Yates shuffle: stops when the budget is met
-            if room <= 0:
-                break
-            j = k + int(uniform(key, ORDER, np.uint64(k)) * (count - k))
-            order[k], order[j] = order[j], order[k]
-            w = order[k]
-            n, u = 1, uniform(key, SPAN_LENGTH, np.uint64(w))
-            for m in range(ngram - 1):
-                n += u >= steps[available[w], m]
-            draws[considered, 0], draws[considered, 1] = n, available[w]
-            considered += 1
-            while n > 1 and end[w + n - 1] - first[w] > room:
-                n -= 1  # shrink the span until it fits the budget, as the reference does
-            start, stop = first[w], end[w + n - 1]
-            if stop - start > room or chosen[start:stop].any():
-                continue
-            chosen[start:stop] = True
-            room -= stop - start
+        considered = _choose_spans(
+            key, count, budget[row], steps, first, end, available, order, chosen, draws, considered
+        )
         for p in range(hi - lo):  # per token, not per span, as the reference decides
-            if not chosen[p]:
-                continue
-            if uniform(key, MASK_OR_NOT, np.uint64(p)) < 0.8:
-                output[lo + p] = mask_id
-            elif uniform(key, RANDOM_OR_KEEP, np.uint64(p)) >= 0.5:
-                draw = uniform(key, RANDOM_TOKEN, np.uint64(p))
-                output[lo + p] = num_special + int(draw * (vocab_size - num_special))
-            positions[predictions], labels[predictions] = p, tokens[lo + p]
-            predictions += 1
+            if chosen[p]:
+                output[lo + p] = _replacement(key, p, tokens[lo + p], num_special, vocab_size, mask_id)
+                positions[predictions], labels[predictions] = p, tokens[lo + p]
+                predictions += 1
         row_ends[row] = predictions
     return predictions, considered
+
+
+@numba.njit(cache=True, nogil=True)
+def _choose_spans(key, count, room, steps, first, end, available, order, chosen, draws, considered):
+    """Marks whole-word n-gram spans in ``chosen``, words in a random order, until ``room`` tokens are chosen;
+    records each span-length draw; returns the number of draws recorded so far."""
+    ngram = steps.shape[0] - 1
+    for k in range(count):  # a lazy Fisher-Yates shuffle: stops when the budget is met
+        if room <= 0:
+            break
+        j = k + int(uniform(key, ORDER, np.uint64(k)) * (count - k))
+        order[k], order[j] = order[j], order[k]
+        w = order[k]
+        n, u = 1, uniform(key, SPAN_LENGTH, np.uint64(w))
+        for m in range(ngram - 1):
+            n += u >= steps[available[w], m]
+        draws[considered, 0], draws[considered, 1] = n, available[w]
+        considered += 1
+        while n > 1 and end[w + n - 1] - first[w] > room:
+            n -= 1  # shrink the span until it fits the budget, as the reference does
+        start, stop = first[w], end[w + n - 1]
+        if stop - start > room or chosen[start:stop].any():
+            continue
+        chosen[start:stop] = True
+        room -= stop - start
+    return considered
+
+
+@numba.njit(cache=True, nogil=True)
+def _replacement(key, p, token, num_special, vocab_size, mask_id):
+    """What a chosen token becomes: [MASK] 80 % of the time, a random non-special token 10 %, itself 10 %."""
+    if uniform(key, MASK_OR_NOT, np.uint64(p)) < 0.8:
+        return mask_id
+    if uniform(key, RANDOM_OR_KEEP, np.uint64(p)) >= 0.5:
+        return num_special + int(uniform(key, RANDOM_TOKEN, np.uint64(p)) * (vocab_size - num_special))
+    return token
 
 
 @dataclass

@@ -23,17 +23,16 @@ import re
 from collections.abc import Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics
 
 from pipelines import files
 from pipelines.commands import main
-from pipelines.documents import SENTENCES_SCHEMA, file_name, remove_outputs, table_from_rows
-from pipelines.options import parse_stage_args, run_and_count
+from pipelines.documents import SENTENCES_SCHEMA, STATS, file_name, finished_files, outputs, table_from_rows
+from pipelines.options import parse_stage_args
 from pipelines.sentences import document_sentences, split_long
+from pipelines.stage import Counters, owning_outputs, run_and_count
 from pipelines.textnorm import Normalizer
 
-__all__ = ["SegmentConfig", "SegmentDocuments", "corpus_files", "run"]
+__all__ = ["SegmentConfig", "SegmentDocuments", "run"]
 
 _DOCUMENT_FILE = re.compile(r"documents-(\d{5})-of-(\d{5})\.parquet$")
 
@@ -55,49 +54,34 @@ class SegmentConfig:
         if self.max_sentence_words < 1:
             raise ValueError(f"max_sentence_words must be positive, got {self.max_sentence_words}")
 
-
-def corpus_files(folder: str) -> list[str]:
-    """Returns the sorted document files of a finished corpus stage in ``folder``.
-
-    Raises:
-        FileNotFoundError: ``folder`` has no ``stats.json`` (the corpus stage did not finish) or no documents.
-        ValueError: the files do not form one complete ``documents-i-of-n`` set.
-    """
-    if not FileSystems.exists(files.join(folder, "stats.json")):
-        raise FileNotFoundError(f"{folder}: no stats.json, so no finished corpus stage output here")
-    matched = FileSystems.match([files.join(folder, "documents-*-of-*.parquet")])[0].metadata_list
-    paths = sorted(m.path for m in matched if _DOCUMENT_FILE.search(m.path))
-    if not paths:
-        raise FileNotFoundError(f"{folder}: no documents-*-of-*.parquet files")
-    numbers = [tuple(map(int, _DOCUMENT_FILE.search(p).groups())) for p in paths]
-    num_files = numbers[0][1]
-    if sorted(numbers) != [(i, num_files) for i in range(num_files)]:
-        raise ValueError(f"{folder}: documents-*.parquet are not one complete set of {num_files} files")
-    return paths
+    @property
+    def normalizer(self) -> Normalizer:
+        return Normalizer(self.lower_case, self.strip_accents)
 
 
 class _SegmentFile(beam.DoFn):
     """Segments and normalises the documents of one corpus file and writes its sentences file."""
 
-    COUNTERS = ("documents", "empty_documents", "sentences", "empty_sentences", "long_sentences_split")
+    COUNTERS = Counters(
+        "segment", "documents", "empty_documents", "sentences", "empty_sentences", "long_sentences_split"
+    )
 
     def __init__(self, output: str, config: SegmentConfig):
         self._output = output
         self._config = config
-        self._count = {name: Metrics.counter(self.__class__, name) for name in self.COUNTERS}
 
     def setup(self) -> None:
-        self._normalize = Normalizer(self._config.lower_case, self._config.strip_accents)
+        self._normalize = self._config.normalizer
         self._language = self._config.language
 
     def process(self, path: str) -> Iterator[str]:
         index, num_files = map(int, _DOCUMENT_FILE.search(path).groups())
         rows = []
         for document in files.read_parquet(path).to_pylist():
-            self._count["documents"].inc()
+            self.COUNTERS.inc("documents")
             sentences = self._sentences(document["text"], document["presegmented"])
             if not sentences:
-                self._count["empty_documents"].inc()
+                self.COUNTERS.inc("empty_documents")
                 continue
             rows.append({"id": document["id"], "sentences": sentences, "meta": document["meta"]})
         out = files.join(self._output, file_name("sentences", index, num_files))
@@ -109,13 +93,13 @@ class _SegmentFile(beam.DoFn):
         for raw in document_sentences(text, presegmented, self._language):
             sentence = self._normalize(raw)
             if not sentence:
-                self._count["empty_sentences"].inc()
+                self.COUNTERS.inc("empty_sentences")
                 continue
             pieces = split_long(sentence, self._config.max_sentence_words)
             if len(pieces) > 1:
-                self._count["long_sentences_split"].inc()
+                self.COUNTERS.inc("long_sentences_split")
             kept.extend(pieces)
-        self._count["sentences"].inc(len(kept))
+        self.COUNTERS.inc("sentences", len(kept))
         return kept
 
 
@@ -139,30 +123,28 @@ def run(argv: list[str] | None = None) -> dict:
     """Runs the segment stage and returns what it wrote to ``stats.json``."""
     paths = {"input": "corpus stage output folder", "output": "folder for sentences-*.parquet and stats.json"}
     args = parse_stage_args(argv, SegmentConfig, "segment", paths, __doc__.splitlines()[0])
-    inputs, output = corpus_files(args.paths["input"]), args.paths["output"]
-    remove_outputs(output, "sentences")
-    try:
+    inputs, output = finished_files(args.paths["input"], "documents"), args.paths["output"]
+    with owning_outputs(output, STATS, outputs("sentences")):
         pipeline = beam.Pipeline(options=args.beam)
         _ = (
             pipeline
             | "ListDocumentFiles" >> beam.Create(inputs)
             | "SegmentDocuments" >> SegmentDocuments(output, args.config)
         )
-        counters = run_and_count(pipeline, _SegmentFile)
+        counters = run_and_count(pipeline, _SegmentFile.COUNTERS)
         if not counters["sentences"]:  # empty shards would pass the later stages silently
             raise ValueError(
                 f"{args.paths['input']}: no sentences: none of its {counters['documents']} documents has text "
                 "left after segmentation and normalisation"
             )
-    except BaseException:
-        remove_outputs(output, "sentences")
-        raise
-    stats = {
-        "config": dataclasses.asdict(args.config),
-        "counters": counters,
-        "files": len(inputs),
-    }
-    files.write_json_atomically(files.join(output, "stats.json"), stats)
+        stats = {
+            "config": dataclasses.asdict(args.config),
+            "counters": counters,
+            "files": len(inputs),
+            # What the instances stage records in its manifest, for fine-tuning and export to repeat.
+            "normalizer": dataclasses.asdict(args.config.normalizer),
+        }
+        files.write_json_atomically(files.join(output, STATS), stats)
     return stats
 
 

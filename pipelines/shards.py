@@ -1,10 +1,11 @@
-"""The shard contract shared by the writer (instances stage) and the reader (training loader).
+"""The shard contract: the writer (``ShardWriter``, run by the instances stage) beside the reader (``Manifest``,
+``open_shard``, used by the training loader, evaluation and the benches).
 
 Shards are Arrow IPC *files* (random access, memory-mappable) named ``{split}-{i:05d}-of-{n:05d}.arrow`` with the
-columns below, beside the ``spiece.model`` that produced them, indexed by ``manifest.json``, which is written
-last: a folder without a manifest, or whose
-manifest does not match its files, is not a shard folder. Readers open shards only through the manifest.
-Pure: imports neither Beam nor torch (the writer's I/O lives in ``pipelines.instances``).
+columns of ``shard_schema``, beside the ``spiece.model`` that produced them, indexed by ``manifest.json``, which
+is written last: a folder without a manifest, or whose manifest does not match its files, is not a shard folder.
+Everything a reader relies on is a typed field of ``Manifest``; readers open shards only through it.
+Pure: imports neither Beam nor torch (the writer is handed the file system's atomic write by its caller).
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute
+
+from pipelines.masking import MaskingConfig
+from pipelines.sop import INTER_SENTENCE_MODES
+from pipelines.textnorm import Normalizer
 
 __all__ = [
     "MANIFEST",
@@ -28,8 +33,10 @@ __all__ = [
     "SPLITS",
     "Manifest",
     "ShardInfo",
+    "ShardWriter",
     "open_shard",
     "rows_table",
+    "schema_difference",
     "serialize_shard",
     "shard_info",
     "shard_name",
@@ -37,7 +44,7 @@ __all__ = [
     "sorted_by_key",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the manifest's typed reader fields (inter_sentence, masking, normalizer)
 MANIFEST = "manifest.json"
 SPIECE = "spiece.model"  # copied into the shard folder, so shards and the vocab that made them travel together
 SPLITS = ("train", "validation")
@@ -125,32 +132,84 @@ def shard_info(name: str, split: str, table: pa.Table, data: bytes) -> ShardInfo
     return ShardInfo(name, split, table.num_rows, tokens, len(data), hashlib.sha256(data).hexdigest())
 
 
-def open_shard(path: str) -> pa.Table:
-    """Opens a local shard memory-mapped: rows are read from the page cache, never copied whole."""
-    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+def open_shard(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa.Table:
+    """Opens a local shard memory-mapped: rows are read from the page cache, never copied whole.
+
+    Raises:
+        ValueError: naming the file, when it is not an Arrow IPC file or its schema is not ``schema``.
+    """
+    try:
+        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+    except (pa.ArrowInvalid, OSError) as err:
+        raise ValueError(f"{path}: not a readable Arrow shard ({err}); rerun the instances stage") from err
+    if schema is not None and not table.schema.equals(schema):
+        raise ValueError(f"{path}: not the manifest's schema ({schema_difference(table.schema, schema)})")
+    return table
 
 
-@dataclass
+def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str:
+    """Says in one line how ``actual`` differs from ``expected``: missing, unexpected and retyped columns."""
+    have = {field.name: field.type for field in actual}
+    want = {field.name: field.type for field in expected}
+    parts = [f"no column {name}" for name in want if name not in have]
+    parts += [f"unexpected column {name}" for name in have if name not in want]
+    parts += [f"{name} is {have[name]}, not {t}" for name, t in want.items() if name in have and have[name] != t]
+    return "; ".join(parts) or "column order or nullability differs"
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """The index of a shard folder: what each file holds, its hash, and what produced it."""
+    """The index of a shard folder: what each file holds, its hash, and what produced it.
+
+    Readers rely on the typed fields only; ``params`` (the producing stage's whole config) and ``counters`` are
+    provenance for people, so renaming a stage's config field can never break a reader mid-training.
+    """
 
     schema_version: int
     shards: list[ShardInfo]
     vocab_size: int
-    max_seq_length: int
     spiece_sha256: str
+    max_seq_length: int
+    inter_sentence: str  # what sentence_order_label means: "sop" (swapped), "nsp" (random) or "none" (always 0)
+    masking: MaskingConfig  # how the stored masks were drawn; dynamic masking draws new ones the same way
+    normalizer: Normalizer  # how the text was normalised before SentencePiece; fine-tuning and export repeat it
     params: dict[str, Any]
     counters: dict[str, int]
+
+    def __post_init__(self) -> None:
+        if self.inter_sentence not in INTER_SENTENCE_MODES:
+            raise ValueError(f"inter_sentence={self.inter_sentence!r}: choose one of {INTER_SENTENCE_MODES}")
+
+    @property
+    def schema(self) -> pa.Schema:
+        return shard_schema(self.vocab_size, self.max_seq_length)
 
     def split(self, split: str) -> list[ShardInfo]:
         return [s for s in self.shards if s.split == split]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
     def paths(self, folder: str | os.PathLike, split: str) -> list[str]:
         """Returns the local paths of a split's shards, in order."""
         return [os.path.join(folder, s.file) for s in self.split(split)]
+
+    def to_bytes(self) -> bytes:
+        """Returns the manifest as sorted, indented JSON: byte-stable for equal manifests."""
+        return (json.dumps(asdict(self), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Manifest:
+        """Returns the manifest of a parsed ``manifest.json``.
+
+        Raises:
+            ValueError: an unknown schema version, or a field missing or of the wrong shape.
+        """
+        if body.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {body.get('schema_version')}, expected {SCHEMA_VERSION}")
+        names = {f.name for f in fields(cls)}
+        if set(body) != names:
+            raise ValueError(f"fields {sorted(set(body) ^ names)} missing or unknown")
+        nested = {"shards": [ShardInfo(**s) for s in body["shards"]]}
+        nested |= {"masking": MaskingConfig(**body["masking"]), "normalizer": Normalizer(**body["normalizer"])}
+        return cls(**(body | nested))
 
     @classmethod
     def read(cls, folder: str | os.PathLike, verify: bool = False) -> Manifest:
@@ -158,23 +217,68 @@ class Manifest:
 
         Raises:
             FileNotFoundError: no manifest (the stage did not finish) or a listed shard is missing.
-            ValueError: an unknown schema version or a shard that does not match its entry.
+            ValueError: a manifest this version cannot read, or a shard that does not match its entry.
         """
         path = os.path.join(folder, MANIFEST)
         try:
             with open(path, encoding="utf-8") as f:
-                body = json.load(f)
+                manifest = cls.from_json(json.load(f))
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{path}: no shard manifest; run the instances stage to completion") from err
-        if body.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{path}: schema_version {body.get('schema_version')}, expected {SCHEMA_VERSION}")
-        body["shards"] = [ShardInfo(**s) for s in body["shards"]]
-        manifest = cls(**body)
+        except (ValueError, TypeError) as err:  # json's errors are ValueErrors too
+            raise ValueError(f"{path}: not a readable shard manifest ({err}); rerun the instances stage") from err
         if verify:
             files = [(s.file, s.bytes, s.sha256) for s in manifest.shards]
             for name, size, sha256 in [*files, (SPIECE, None, manifest.spiece_sha256)]:
                 _check_file(os.path.join(folder, name), size, sha256, path)
         return manifest
+
+
+@dataclass(frozen=True)
+class ShardWriter:
+    """Writes a shard folder the way readers rely on it: each file whole under its final name, and the manifest
+    last, only once every shard it must list is there.
+
+    The file system is the caller's: ``write`` puts bytes at a path atomically (a temporary name, then a rename)
+    and ``join`` builds paths, so the same writer fills a local folder, gs:// or s3:// and this module stays pure.
+    Picklable, so Beam workers write their own shards.
+
+    Args:
+        folder: the shard folder.
+        files: sentence files of the run; each becomes one shard per split.
+        schema: the shards' schema (``shard_schema``).
+    """
+
+    folder: str
+    files: int
+    schema: pa.Schema
+    write: Callable[[str, bytes], None]
+    join: Callable[..., str] = os.path.join
+
+    def write_shard(self, split: str, index: int, table: pa.Table) -> ShardInfo:
+        """Writes one shard (rows in their final order) and returns its manifest entry."""
+        if not table.schema.equals(self.schema):
+            raise ValueError(f"shard {split} {index}: {schema_difference(table.schema, self.schema)}")
+        name = shard_name(split, index, self.files)
+        data = serialize_shard(table)
+        self.write(self.join(self.folder, name), data)
+        return shard_info(name, split, table, data)
+
+    def write_spiece(self, data: bytes) -> str:
+        """Copies the vocabulary into the folder; returns its sha256 for the manifest."""
+        self.write(self.join(self.folder, SPIECE), data)
+        return hashlib.sha256(data).hexdigest()
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        """Writes the manifest, last; refuses one that does not list exactly the shards of this run."""
+        expected = {shard_name(split, i, self.files) for split in SPLITS for i in range(self.files)}
+        listed = [s.file for s in manifest.shards]
+        if sorted(listed) != sorted(expected):
+            missing, extra = sorted(expected - set(listed)), sorted(set(listed) - expected)
+            raise RuntimeError(
+                f"{self.folder}: {len(listed)} shards written, expected {len(expected)} ({missing=}, {extra=})"
+            )
+        self.write(self.join(self.folder, MANIFEST), manifest.to_bytes())
 
 
 def _check_file(path: str, size: int | None, sha256: str, manifest: str) -> None:

@@ -35,24 +35,24 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics
 
 from pipelines import files
 from pipelines.commands import main
-from pipelines.options import parse_stage_args, run_and_count
+from pipelines.documents import STATS, finished_files
+from pipelines.options import parse_stage_args
 from pipelines.seeding import stable_hash64, unit_interval
+from pipelines.stage import Counters, owning_outputs, run_and_count
 
 __all__ = ["BuildTasks", "TasksConfig", "module_pairs", "run", "split_of", "top_packages"]
 
 SPLITS = ("train", "dev", "test")
 TASKS = ("package", "same_module")
-COUNTERS = tuple(
-    "documents documents_without_module_meta duplicate_passages small_package_documents other_package_documents "
+COUNTERS = Counters(
+    "tasks",
+    *"documents documents_without_module_meta duplicate_passages small_package_documents other_package_documents "
     "package_examples positive_pairs negative_pairs hard_negatives easy_negatives documents_without_partner "
-    "repeated_pairs pairs_without_negative".split()
+    "repeated_pairs pairs_without_negative".split(),
 )
-_COUNT = {name: Metrics.counter("pipelines.tasks", name) for name in COUNTERS}
 
 
 @dataclass
@@ -90,10 +90,10 @@ def top_packages(counts: dict[str, int], num_packages: int, min_documents: int) 
 def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
     """Yields (passage text, passage) for each document of one sentences file that has package/module meta."""
     for row in files.read_parquet(path).to_pylist():
-        _COUNT["documents"].inc()
+        COUNTERS.inc("documents")
         meta = json.loads(row["meta"])
         if not meta.get("package") or not meta.get("module"):
-            _COUNT["documents_without_module_meta"].inc()
+            COUNTERS.inc("documents_without_module_meta")
             continue
         text = " ".join(row["sentences"][: config.passage_sentences])
         split = split_of(row["id"], config.dev_fraction, config.test_fraction)
@@ -104,22 +104,22 @@ def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]
 def _first_by_id(element: tuple[str, Iterable[dict]]) -> dict:
     # Equal texts in two splits would leak test passages into training; equal texts with two labels are noise.
     passages = sorted(element[1], key=lambda p: p["id"])
-    _COUNT["duplicate_passages"].inc(len(passages) - 1)
+    COUNTERS.inc("duplicate_passages", len(passages) - 1)
     return passages[0]
 
 
 def _in_large_package(passage: dict, counts: dict[str, int], min_documents: int) -> bool:
     if counts[passage["package"]] >= min_documents:
         return True
-    _COUNT["small_package_documents"].inc()
+    COUNTERS.inc("small_package_documents")
     return False
 
 
 def _package_example(passage: dict, labels: list[str]) -> Iterator[tuple[tuple[str, str], dict]]:
     if passage["package"] not in labels:
-        _COUNT["other_package_documents"].inc()
+        COUNTERS.inc("other_package_documents")
         return
-    _COUNT["package_examples"].inc()
+    COUNTERS.inc("package_examples")
     yield ("package", passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["package"]}
 
 
@@ -192,7 +192,7 @@ def _split_pairs(element: tuple[str, Iterable[dict]], config: TasksConfig) -> It
     split, passages = element
     rows, counts = module_pairs(list(passages), config.pairs_per_document, config.seed)
     for name, value in counts.items():
-        _COUNT[name].inc(value)
+        COUNTERS.inc(name, value)
     for row in rows:
         yield ("same_module", split), row
 
@@ -266,16 +266,8 @@ def _task_spec(task: str, splits: dict[str, dict]) -> dict:
     return spec | {"metrics": metrics, "primary": "accuracy"}
 
 
-def _sentence_files(folder: str) -> list[str]:
-    """Returns the segment stage's files in ``folder``; fails, naming it, when the stage did not finish."""
-    if not FileSystems.exists(files.join(folder, "stats.json")):
-        raise FileNotFoundError(f"{folder}: no stats.json, so no finished segment stage output here")
-    return [path for path, _ in files.match_paths([files.join(folder, "sentences-*-of-*.parquet")])]
-
-
-def _remove_outputs(output: str) -> None:
-    patterns = ["stats.json", ".tmp-*"] + [f"{t}/{name}" for t in TASKS for name in ("*.json*", ".tmp-*")]
-    files.delete_matching(output, patterns)
+def _outputs() -> list[str]:
+    return [f"{task}/{name}" for task in TASKS for name in ("*.json*", ".tmp-*")]
 
 
 def _split_stats(output: str, task: str) -> dict[str, dict]:
@@ -297,9 +289,8 @@ def run(argv: list[str] | None = None) -> dict:
     paths = {"input": "segment stage output folder", "output": "folder for <task>/*.jsonl, task.json, stats.json"}
     args = parse_stage_args(argv, TasksConfig, "tasks", paths, __doc__.splitlines()[0])
     config, output = args.config, args.paths["output"]
-    inputs = _sentence_files(args.paths["input"])
-    _remove_outputs(output)
-    try:
+    inputs = finished_files(args.paths["input"], "sentences")
+    with owning_outputs(output, STATS, _outputs()):
         pipeline = beam.Pipeline(options=args.beam)
         rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)
         every = pipeline | "EverySplit" >> beam.Create([((t, s), None) for t in TASKS for s in SPLITS])
@@ -309,20 +300,17 @@ def run(argv: list[str] | None = None) -> dict:
             | "GroupBySplit" >> beam.GroupByKey()
             | "WriteSplits" >> beam.Map(_write_split, output, config.seed)
         )
-        counters = {name: 0 for name in COUNTERS} | run_and_count(pipeline)
+        counters = run_and_count(pipeline, COUNTERS)
         if counters["documents"] == counters["documents_without_module_meta"]:
             raise ValueError(
                 f"{args.paths['input']}: no document has 'package' and 'module' in its meta; the tasks stage "
                 "needs the embedded default corpus (corpus stage without inputs) or documents with those fields"
             )
         tasks = {task: _split_stats(output, task) for task in TASKS}
-    except BaseException:
-        _remove_outputs(output)
-        raise
-    for task, splits in tasks.items():
-        files.write_json_atomically(files.join(output, task, "task.json"), _task_spec(task, splits))
-    stats = {"config": dataclasses.asdict(config), "counters": counters, "tasks": tasks}
-    files.write_json_atomically(files.join(output, "stats.json"), stats)
+        for task, splits in tasks.items():
+            files.write_json_atomically(files.join(output, task, "task.json"), _task_spec(task, splits))
+        stats = {"config": dataclasses.asdict(config), "counters": counters, "tasks": tasks}
+        files.write_json_atomically(files.join(output, STATS), stats)
     return stats
 
 

@@ -23,13 +23,14 @@ import pyarrow.compute as pc
 import sentencepiece as spm
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files
 from pipelines.commands import main
-from pipelines.options import parse_stage_args, run_and_count
+from pipelines.documents import STATS, finished_files
+from pipelines.options import parse_stage_args
 from pipelines.seeding import stable_hash64
+from pipelines.stage import Counters, owning_outputs, run_and_count
 from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
 
 log = logging.getLogger("pipelines.vocab")  # by name: run as `python -m`, __name__ is "__main__"
@@ -38,6 +39,7 @@ __all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to
 
 MODEL_TYPES = ("unigram",)  # transformers.AlbertTokenizer is a Unigram tokenizer; BPE pieces would not load
 SAMPLE_FILE = ".sample-sentences.txt"
+COUNTERS = Counters("vocab", "files_read", "sentences_read", "sentences_sampled")
 # "identity": textnorm.Normalizer is the only normalisation. AlbertTokenizer applies the same steps, and with
 # no precompiled charsmap in the model there is nothing else for the Hugging Face export to carry over.
 NORMALIZATION_RULE = "identity"
@@ -94,15 +96,15 @@ class SampleSentences(beam.PTransform):
 def read_sentences(path: str) -> Iterator[str]:
     """Yields every sentence of one segment-stage Parquet file, counting files and sentences."""
     column = files.read_parquet(path, columns=["sentences"]).column("sentences")
-    Metrics.counter("vocab", "files_read").inc()
+    COUNTERS.inc("files_read")
     sentences = pc.list_flatten(column).to_pylist()
-    Metrics.counter("vocab", "sentences_read").inc(len(sentences))
+    COUNTERS.inc("sentences_read", len(sentences))
     yield from sentences
 
 
 def _write_sample(sample: list[str], path: str) -> int:
     # Normalised sentences hold no newlines (textnorm collapses whitespace), so one per line is lossless.
-    Metrics.counter("vocab", "sentences_sampled").inc(len(sample))
+    COUNTERS.inc("sentences_sampled", len(sample))
     files.write_bytes_atomically(path, "".join(s + "\n" for s in sample).encode("utf-8"))
     return len(sample)
 
@@ -195,12 +197,11 @@ def run(argv: list[str] | None = None) -> dict:
         "Sample sentences and train the SentencePiece vocabulary with ALBERT's special ids.",
     )
     config, out = args.config, args.paths["output"]
-    inputs = [p for p, _ in files.match_paths([files.join(args.paths["input"], "sentences-*-of-*.parquet")])]
+    inputs = finished_files(args.paths["input"], "sentences")
     sample_path = files.join(out, SAMPLE_FILE)
-    # stats.json first: its presence marks a finished run; then what a killed run may have left.
-    files.delete_matching(out, ["stats.json", "spiece.model", "spiece.vocab", SAMPLE_FILE, ".tmp-*"])
-    counters = sample_to_file(inputs, sample_path, config, args.beam)
-    return _train_and_record(sample_path, out, config, counters)
+    with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab", SAMPLE_FILE]):
+        counters = sample_to_file(inputs, sample_path, config, args.beam)
+        return _train_and_record(sample_path, out, config, counters)
 
 
 def sample_to_file(
@@ -226,7 +227,7 @@ def sample_to_file(
         | "SampleSentences" >> SampleSentences(config.sample_sentences, config.seed)
         | "WriteSample" >> beam.Map(_write_sample, sample_path)
     )
-    return run_and_count(pipeline)
+    return run_and_count(pipeline, COUNTERS)
 
 
 def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:
@@ -245,7 +246,7 @@ def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters:
         "counters": counters,
         "config": dataclasses.asdict(config),
     }
-    files.write_json_atomically(files.join(out, "stats.json"), stats)
+    files.write_json_atomically(files.join(out, STATS), stats)
     log.info("vocab: %d pieces from %d sentences", stats["vocab_size"], stats["sampled_sentences"])
     return stats
 

@@ -168,7 +168,7 @@ def test_a_corrupt_sentence_file_fails_naming_it_and_leaves_no_manifest(
 ) -> None:
     bad = tmp_path / "sentences"
     bad.mkdir()
-    for path in pipeline_run.sentences.glob("sentences-*.parquet"):
+    for path in [*pipeline_run.sentences.glob("sentences-*.parquet"), pipeline_run.sentences / "stats.json"]:
         (bad / path.name).write_bytes(path.read_bytes())
     victim = sorted(bad.glob("sentences-*.parquet"))[-1]
     victim.write_bytes(b"PAR1 this is not parquet")
@@ -184,7 +184,7 @@ def test_an_incomplete_sentence_folder_is_refused(pipeline_run: PipelineRun, tmp
     partial = tmp_path / "sentences"
     partial.mkdir()
     files = sorted(pipeline_run.sentences.glob("sentences-*.parquet"))
-    for path in files[1:]:
+    for path in [*files[1:], pipeline_run.sentences / "stats.json"]:
         (partial / path.name).write_bytes(path.read_bytes())
     if len(files) < 2:
         pytest.skip("the fixture corpus fits in one file")
@@ -255,6 +255,7 @@ def test_no_sentences_is_an_error_not_an_empty_shard_folder(pipeline_run: Pipeli
 
     empty = tmp_path / "sentences"  # as a segment stage whose documents were all empty would have written
     write_parquet_atomically(str(empty / file_name("sentences", 0, 1)), SENTENCES_SCHEMA.empty_table())
+    (empty / "stats.json").write_bytes((pipeline_run.sentences / "stats.json").read_bytes())
     with pytest.raises(ValueError, match=rf"{empty}: no training instances from 0 documents"):
         run_instances(PipelineRun(pipeline_run.corpus, empty, pipeline_run.vocab, pipeline_run.shards), tmp_path / "o")
     assert not (tmp_path / "o" / MANIFEST).exists()

@@ -8,6 +8,7 @@ launcher would re-run the pytest command line). Every run records its steps with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -28,7 +29,8 @@ from albert_lightning.hf import export_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining import AlbertPretraining
 from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
-from pipelines.shards import MANIFEST, SPIECE, Manifest, open_shard, serialize_shard, shard_info, shard_name
+from pipelines.files import write_bytes_atomically
+from pipelines.shards import SPIECE, Manifest, ShardWriter, open_shard
 from tests.conftest import DISTRIBUTED_ENV
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,15 +150,13 @@ def write_subset(source: Path, folder: Path, rows: int, validation_rows: int | N
     its train split and the first ``validation_rows`` of its validation split."""
     folder.mkdir(parents=True)
     manifest = Manifest.read(source)
+    writer = ShardWriter(str(folder), 1, manifest.schema, write_bytes_atomically)
     shards = []
     for split, count in (("train", rows), ("validation", rows if validation_rows is None else validation_rows)):
         table = pa.concat_tables(open_shard(p) for p in manifest.paths(source, split)).slice(0, count)
-        data = serialize_shard(table)
-        (folder / shard_name(split, 0, 1)).write_bytes(data)
-        shards.append(shard_info(shard_name(split, 0, 1), split, table, data))
-    (folder / SPIECE).write_bytes((source / SPIECE).read_bytes())
-    manifest.shards = shards
-    (folder / MANIFEST).write_text(json.dumps(manifest.to_json()))
+        shards.append(writer.write_shard(split, 0, table))
+    writer.write_spiece((source / SPIECE).read_bytes())
+    writer.write_manifest(dataclasses.replace(manifest, shards=shards))
     return folder
 
 

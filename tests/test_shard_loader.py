@@ -90,7 +90,7 @@ def originals(row: dict) -> np.ndarray:
 def test_dynamic_masks_change_every_epoch_over_the_same_originals_and_keep_the_invariants(pipeline_run):
     static = ShardDataset(pipeline_run.shards, "train", "static", seed=1)
     dynamic = ShardDataset(pipeline_run.shards, "train", "dynamic", seed=1)
-    config = dynamic.masking_config
+    config = dynamic.manifest.masking
     sample = range(0, len(static), len(static) // 50)
     changed = 0
     for index in sample:

@@ -66,6 +66,7 @@ def _write_sentences(folder: Path, documents: dict[str, list[str]], num_files: i
         files.write_parquet_atomically(
             str(folder / file_name("sentences", i, num_files)), table_from_rows(file_rows, SENTENCES_SCHEMA)
         )
+    files.write_json_atomically(str(folder / "stats.json"), {})  # what marks a finished segment stage
     return folder
 
 

@@ -1,0 +1,83 @@
+"""The scaffold every stage shares: declared counters, one output clean-up, one reader of params and flags."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.params import parse_config
+from pipelines.stage import Counters, owning_outputs, run_and_count
+from tests.conftest import LOCAL
+
+COUNTS = Counters("test_stage", "seen", "odd", "never")
+
+
+def _count(value: int) -> int:
+    COUNTS.inc("seen")
+    if value % 2:
+        COUNTS.inc("odd", value)
+    return value
+
+
+def test_counters_report_exactly_the_declared_names_summed_and_zero_when_never_counted() -> None:
+    pipeline = beam.Pipeline(options=PipelineOptions(LOCAL))
+    _ = pipeline | beam.Create([1, 2, 3, 4, 5]) | beam.Map(_count)
+    assert run_and_count(pipeline, COUNTS) == {"never": 0, "odd": 9, "seen": 5}
+
+
+def test_an_undeclared_counter_is_an_error_not_a_new_counter() -> None:
+    with pytest.raises(KeyError, match="sen"):
+        COUNTS.inc("sen")
+
+
+def test_outputs_of_an_earlier_run_are_cleared_and_a_failed_run_leaves_none(tmp_path: Path) -> None:
+    for name in ("stats.json", "part-0.txt", ".tmp-abc-part-1.txt", "keep.md"):
+        (tmp_path / name).write_text("old")
+    with owning_outputs(str(tmp_path), "stats.json", ["part-*.txt"]):
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.md"]
+        (tmp_path / "part-0.txt").write_text("new")
+        (tmp_path / "stats.json").write_text("new")
+    assert (tmp_path / "stats.json").read_text() == "new"
+    with pytest.raises(RuntimeError, match="worker died"), owning_outputs(str(tmp_path), "stats.json", ["part-*"]):
+        (tmp_path / "part-1.txt").write_text("half")
+        raise RuntimeError("worker died")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.md"]
+
+
+@dataclasses.dataclass
+class _Knobs:
+    seed: int = 1
+    rate: float = 0.5
+    sizes: list[int] = dataclasses.field(default_factory=lambda: [1])
+    name: str | None = None
+    on: bool = False
+
+
+def test_flags_override_params_which_override_defaults(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text("seed: 7\nknobs:\n  rate: 0.25\n  sizes: [3, 4]\n")
+    parsed = parse_config(["--params", str(params), "--on", "true", "--sizes", "5"], _Knobs, "knobs", {}, "")
+    assert parsed.config == _Knobs(seed=7, rate=0.25, sizes=[5], name=None, on=True)
+
+
+def test_a_misspelt_key_in_the_params_section_is_refused_naming_the_file(tmp_path: Path) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text("knobs:\n  rat: 0.25\n")
+    with pytest.raises(SystemExit, match=rf"{params}: unknown keys in section 'knobs': rat"):
+        parse_config(["--params", str(params)], _Knobs, "knobs", {}, "")
+
+
+def test_evaluate_reads_its_params_through_the_same_reader(tmp_path: Path) -> None:
+    from albert_lightning.evaluate import _parse
+
+    params = tmp_path / "params.yaml"
+    params.write_text("evaluate:\n  seeds: 2\n  train_size: [32]\n")  # train_size: a typo of train_sizes
+    with pytest.raises(SystemExit, match="unknown keys in section 'evaluate': train_size"):
+        _parse(["--params", str(params)])
+    params.write_text("evaluate:\n  seeds: 2\n  train_sizes: [32]\n")
+    config = _parse(["--params", str(params), "--random_baseline", "false"])
+    assert (config.seeds, config.train_sizes, config.random_baseline) == (2, [32], False)
