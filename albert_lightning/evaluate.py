@@ -18,7 +18,6 @@ predictions files and, for GLUE, leaderboard files (``glue_submission/``) it wri
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from collections import Counter
@@ -27,10 +26,9 @@ from typing import Any
 
 import lightning as L
 import torch
-import yaml
 
 from albert_lightning.eval_report import SplitPredictions, summarise, write_predictions, write_report, write_submission
-from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_encoder, make_loader, random_encoder
+from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_pretrained, make_loader, random_encoder
 from albert_lightning.metrics import majority_baseline
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
@@ -38,6 +36,7 @@ from albert_lightning.sharding import FSDP2Strategy
 from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
 from albert_lightning.task_files import SplitFile, TaskDataError, TaskSpec, label_ids, resolve_task, run_splits
 from pipelines.commands import main as run_command
+from pipelines.params import parse_config
 
 __all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main"]
 
@@ -290,7 +289,7 @@ def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, bat
         targets.update(batch["masked_lm_ids"][real].tolist())
         pair_correct += int((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
         pairs += len(batch["index"])
-    kind = dataset.manifest.params["inter_sentence"]
+    kind = dataset.manifest.inter_sentence
     # most_common breaks ties by first occurrence: the same id on every run over the same rows
     frequent_id, frequent_count = targets.most_common(1)[0] if targets else (None, 0)
     return {
@@ -307,51 +306,35 @@ def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, bat
     }
 
 
-def _parse_bool(text: str) -> bool:
-    if text.lower() not in ("true", "false", "1", "0"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return text.lower() in ("true", "1")
-
-
 def _parse(argv: list[str] | None) -> EvaluateConfig:
-    parser = argparse.ArgumentParser(prog="python -m albert_lightning.evaluate", description=__doc__.split("\n")[0])
-    parser.add_argument("--params", default="params.yaml", help="params file with an `evaluate` section")
-    for field in dataclasses.fields(EvaluateConfig):
-        types = {"int": int, "float": float, "bool": _parse_bool, "list[int]": int}
-        kind = types.get(field.type, str)  # annotations are strings
-        nargs = "*" if field.type.startswith("list") else None
-        parser.add_argument(f"--{field.name}", nargs=nargs, type=kind, default=argparse.SUPPRESS)
-    args = vars(parser.parse_args(argv))
-    params, values = args.pop("params"), {}
-    if os.path.exists(params):
-        with open(params, encoding="utf-8") as f:
-            values = dict((yaml.safe_load(f) or {}).get("evaluate") or {})
-    values.update(args)
-    config = EvaluateConfig(**values)
+    # The stages' own reader: flags over params.yaml's `evaluate` section over the defaults; unknown keys refused.
+    prog, description = "python -m albert_lightning.evaluate", __doc__.split("\n")[0]
+    config = parse_config(argv, EvaluateConfig, "evaluate", {}, description, prog=prog).config
     if not config.train_sizes:
         raise ValueError("evaluate.train_sizes is empty: give at least one size (0 for every example)")
     return config
 
 
-def _load_checkpoint(config: EvaluateConfig, encoder: Encoder) -> AlbertForPreTraining:
-    """The pretrained network to fine-tune, checked against the vocabulary it was trained with."""
+def _load_checkpoint(config: EvaluateConfig) -> tuple[AlbertForPreTraining, Encoder]:
+    """The pretrained network to fine-tune, checked against the vocabulary it was trained with, and the encoder
+    that normalises text as its pretraining did."""
     if not os.path.exists(config.checkpoint):  # torch.load's own error would suggest a truncated file
         raise FileNotFoundError(f"{config.checkpoint}: no checkpoint file or Hugging Face folder there")
-    pretrained = load_encoder(config.checkpoint)
+    pretrained, normalizer = load_pretrained(config.checkpoint)
+    encoder = Encoder(config.spiece, config.max_seq_length, normalizer)
     if encoder.sp.get_piece_size() != pretrained.config.vocab_size:
         raise ValueError(
             f"{config.spiece}: {encoder.sp.get_piece_size()} pieces, but {config.checkpoint} was trained with "
             f"vocab_size {pretrained.config.vocab_size}"
         )
-    return pretrained
+    return pretrained, encoder
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs every task and the intrinsic scores; writes the outputs and returns ``metrics.json``'s content."""
     config = _parse(argv)
     # Every input is read before the long work, so a bad one fails in seconds, not after hours of earlier tasks.
-    encoder = Encoder(config.spiece, config.max_seq_length)
-    pretrained = _load_checkpoint(config, encoder)  # once: fine-tuning copies its weights and leaves it as it was
+    pretrained, encoder = _load_checkpoint(config)  # once: fine-tuning copies its weights and leaves it as it was
     tasks = [check_task(name, config) for name in config.tasks]
     report = {
         "checkpoint": config.checkpoint,

@@ -15,18 +15,26 @@ import torch
 from albert_lightning.hf import export_hf
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
 from pipelines.commands import main as run_command
+from pipelines.textnorm import Normalizer
 
-__all__ = ["load_pretraining_checkpoint", "main"]
+__all__ = ["load_pretraining_checkpoint", "main", "read_pretraining_checkpoint"]
 
 PREFIX = "model."  # the LightningModule holds the network as `self.model`
 
 
 def load_pretraining_checkpoint(path: str | Path) -> AlbertForPreTraining:
-    """Returns the model saved in a Lightning pretraining checkpoint.
+    """Returns the model saved in a Lightning pretraining checkpoint (see ``read_pretraining_checkpoint``)."""
+    return read_pretraining_checkpoint(path)[0]
+
+
+def read_pretraining_checkpoint(path: str | Path) -> tuple[AlbertForPreTraining, Normalizer]:
+    """Returns the model saved in a Lightning pretraining checkpoint and how its training text was normalised.
 
     The checkpoint must be one consolidated file whose ``hyper_parameters["config"]`` holds the AlbertConfig
     fields and whose ``state_dict`` keys start with ``model.``. Lightning pickles more than tensors (hyper-
     parameters, loop state), so the file is unpickled in full: load only checkpoints you trust.
+    ``hyper_parameters["normalizer"]`` gives the normalisation; checkpoints written before it was recorded
+    get the defaults, which every run then used.
 
     Raises:
         ValueError: if the checkpoint lacks the config or holds no ``model.`` weights.
@@ -41,7 +49,8 @@ def load_pretraining_checkpoint(path: str | Path) -> AlbertForPreTraining:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
         raise ValueError(f"{path}: not a readable checkpoint ({err}); was it written completely?") from err
-    config = checkpoint.get("hyper_parameters", {}).get("config")
+    hyper_parameters = checkpoint.get("hyper_parameters", {})
+    config = hyper_parameters.get("config")
     if not isinstance(config, dict):
         raise ValueError(f"{path}: hyper_parameters['config'] (the AlbertConfig fields) is missing")
     state = {k.removeprefix(PREFIX): v for k, v in checkpoint["state_dict"].items() if k.startswith(PREFIX)}
@@ -52,7 +61,7 @@ def load_pretraining_checkpoint(path: str | Path) -> AlbertForPreTraining:
             state.setdefault(tied, state[source])
     model = AlbertForPreTraining(AlbertConfig(**config))
     model.load_state_dict(state)
-    return model
+    return model, Normalizer(**(hyper_parameters.get("normalizer") or {}))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spiece", help="spiece.model to export with the weights (tokenizer files)")
     parser.add_argument("--output", required=True, help="folder to write (config.json, model.safetensors, ...)")
     args = parser.parse_args(argv)
-    model = load_pretraining_checkpoint(args.checkpoint)
-    export_hf(model, model.config, args.output, args.spiece)
+    model, normalizer = read_pretraining_checkpoint(args.checkpoint)
+    export_hf(model, model.config, args.output, args.spiece, normalizer)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 ``AlbertFineTuning`` starts from our pretraining checkpoint, from a Hugging Face ALBERT folder, or from random
 weights of the same shape (the baseline that tells what pretraining bought). Texts are normalised and encoded
-exactly as the pretraining pipeline does (``textnorm`` + ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
+exactly as the pretraining pipeline did (``textnorm`` with the switches the start records, see ``load_pretrained``,
+then ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from albert_lightning.sharding import shard_albert
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import CLS_ID, SEP_ID, load_spiece
 
-__all__ = ["AlbertFineTuning", "Encoder", "load_encoder", "random_encoder"]
+__all__ = ["AlbertFineTuning", "Encoder", "load_encoder", "load_pretrained", "random_encoder"]
 
 
 def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) -> AlbertForPreTraining:
@@ -41,14 +42,24 @@ def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) 
         model = AlbertForPreTraining(config)
         model.init_weights()
         return model
+    return load_pretrained(source)[0]
+
+
+def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalizer]:
+    """Returns the pretrained network and how its pretraining text was normalised, which fine-tuning repeats.
+
+    Args:
+        source: a Lightning pretraining checkpoint (``.ckpt``: its recorded normalisation) or a Hugging Face
+            ALBERT folder (its tokenizer_config.json's, AlbertTokenizer's defaults without one).
+    """
     source = Path(source)
     if source.is_dir():
-        from albert_lightning.hf import import_hf
+        from albert_lightning.hf import hf_normalizer, import_hf
 
-        return import_hf(source)
-    from albert_lightning.export import load_pretraining_checkpoint
+        return import_hf(source), hf_normalizer(source)
+    from albert_lightning.export import read_pretraining_checkpoint
 
-    return load_pretraining_checkpoint(source)
+    return read_pretraining_checkpoint(source)
 
 
 def random_encoder(config: AlbertConfig, seed: int) -> AlbertForPreTraining:

@@ -62,9 +62,11 @@ class AlbertCLI(LightningCLI):
             default=False,
             help="start a new run in a checkpoint folder that holds an earlier run's checkpoints, deleting them",
         )
-        # The model's vocabulary and second objective are the shards'; they are read, never typed twice.
+        # The model's vocabulary, second objective and text normalisation are the shards'; they are read, never
+        # typed twice (the normalisation is recorded in the checkpoint for export and evaluation).
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.inter_sentence", "model.inter_sentence", apply_on="instantiate")
+        parser.link_arguments("data.normalizer", "model.normalizer", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         trainer = self.config["trainer"]

@@ -2,8 +2,8 @@
 
 Parameter names are already transformers' (see model.py), so the map is: drop the tied duplicates on export
 (transformers 5 writes ``predictions.decoder.{weight,bias}`` nowhere and re-ties them on load), restore them on
-import, and translate config.json. transformers itself is a test extra, never imported here: weights are
-written with ``safetensors`` and the tokenizer files are written as JSON.
+import, and translate config.json and the text normalisation (``tokenizer_settings``). transformers itself is a
+test extra, never imported here: weights are written with ``safetensors`` and the tokenizer files as JSON.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
 
-__all__ = ["export_hf", "hf_config", "import_hf"]
+__all__ = ["export_hf", "hf_config", "hf_normalizer", "import_hf", "normalizer_of", "tokenizer_settings"]
 
 # ALBERT's special-token layout (DESIGN.md §2), as AlbertTokenizer names them.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
@@ -58,8 +59,32 @@ def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32) -> dict:
     }
 
 
+def tokenizer_settings(normalizer: Normalizer) -> dict[str, bool]:
+    """AlbertTokenizer's switches (tokenizer_config.json) that normalise as ``normalizer`` does."""
+    return {"do_lower_case": normalizer.lower_case, "keep_accents": not normalizer.strip_accents}
+
+
+def normalizer_of(settings: dict) -> Normalizer:
+    """The inverse of ``tokenizer_settings``; a switch ``settings`` lacks has AlbertTokenizer's default, ours too."""
+    defaults = tokenizer_settings(Normalizer())
+    return Normalizer(
+        lower_case=settings.get("do_lower_case", defaults["do_lower_case"]),
+        strip_accents=not settings.get("keep_accents", defaults["keep_accents"]),
+    )
+
+
+def hf_normalizer(folder: str | Path) -> Normalizer:
+    """How a Hugging Face folder's tokenizer normalises text: its tokenizer_config.json, else the defaults."""
+    path = Path(folder) / "tokenizer_config.json"
+    return normalizer_of(json.loads(path.read_text()) if path.exists() else {})
+
+
 def export_hf(
-    model: AlbertForPreTraining, config: AlbertConfig, folder: str | Path, spiece_model: str | None = None
+    model: AlbertForPreTraining,
+    config: AlbertConfig,
+    folder: str | Path,
+    spiece_model: str | None = None,
+    normalizer: Normalizer | None = None,
 ) -> Path:
     """Writes a folder that ``transformers.AlbertForPreTraining.from_pretrained`` loads with no missing keys.
 
@@ -69,9 +94,9 @@ def export_hf(
         folder: output folder, created if needed.
         spiece_model: path of the SentencePiece model; when given, spiece.model and the tokenizer files are
             written too, so that ``AlbertTokenizer.from_pretrained(folder)`` loads.
+        normalizer: how the pretraining text was normalised (None: the defaults); the tokenizer files repeat it.
 
-    Returns:
-        The folder.
+    Returns the folder.
 
     Raises:
         ValueError: if the config does not match the model or cannot be expressed in transformers.
@@ -87,7 +112,7 @@ def export_hf(
     try:
         _write_model(model, config, tmp)
         if sp is not None:
-            _write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings)
+            _write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings, normalizer or Normalizer())
         if folder.exists():
             shutil.rmtree(folder)
         tmp.rename(folder)
@@ -179,15 +204,17 @@ def _read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
 
 
 def _write_tokenizer(
-    sp: sentencepiece.SentencePieceProcessor, spiece_model: Path, folder: Path, max_length: int
+    sp: sentencepiece.SentencePieceProcessor, spiece_model: Path, folder: Path, max_length: int, normalizer: Normalizer
 ) -> None:
     """Copies spiece.model and writes tokenizer_config.json, special_tokens_map.json and tokenizer.json.
 
     tokenizer.json spares transformers from parsing spiece.model with protobuf, which fails when the protobuf
     runtime is older than sentencepiece's generated code (protobuf 6 with sentencepiece 0.2.3, as here).
+    Both files carry the normalisation: transformers 5's AlbertTokenizer rebuilds its normalizers from
+    tokenizer_config.json, while ``tokenizers.Tokenizer`` and ``PreTrainedTokenizerFast`` use tokenizer.json's.
     """
     shutil.copyfile(spiece_model, folder / "spiece.model")
-    settings = {"do_lower_case": True, "keep_accents": False, "remove_space": True, "model_max_length": max_length}
+    settings = {**tokenizer_settings(normalizer), "remove_space": True, "model_max_length": max_length}
     # AlbertTokenizer's class default (["input_ids", "attention_mask"] in transformers 5) drops token_type_ids, so
     # model(**tok(a, b)) would read segment B as type 0; listing them makes tok(a, b) return our pipeline's ids.
     settings["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
@@ -195,29 +222,50 @@ def _write_tokenizer(
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     (folder / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")
     charsmap = _proto_bytes(_proto_bytes(sp.serialized_model_proto(), 3), 2)  # normalizer_spec.precompiled_charsmap
-    (folder / "tokenizer.json").write_text(json.dumps(_tokenizer_json(sp, charsmap), ensure_ascii=False) + "\n")
+    tokenizer = _tokenizer_json(sp, charsmap, normalizer)
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False) + "\n")
 
 
-def _tokenizer_json(sp, charsmap: bytes) -> dict:
+def _tokenizer_json(sp: sentencepiece.SentencePieceProcessor, charsmap: bytes, normalizer: Normalizer) -> dict:
     """The `tokenizers` serialisation of AlbertTokenizer's pipeline (as transformers builds it) for ``sp``."""
     metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
-    normalizers = [
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(),
+        "normalizer": {"type": "Sequence", "normalizers": _normalizers(normalizer, charsmap)},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]},
+        "post_processor": _post_processor(),
+        "decoder": metaspace,
+        "model": {
+            "type": "Unigram",
+            "unk_id": SPECIAL_IDS["<unk>"],
+            "vocab": [[sp.id_to_piece(i), sp.get_score(i)] for i in range(sp.get_piece_size())],
+            "byte_fallback": False,
+        },
+    }
+
+
+def _normalizers(normalizer: Normalizer, charsmap: bytes) -> list[dict]:
+    """``normalizer``'s steps as AlbertTokenizer's normalizers (transformers' AlbertConverter), then the charsmap."""
+    steps = [
         {"type": "Replace", "pattern": {"String": "``"}, "content": '"'},
         {"type": "Replace", "pattern": {"String": "''"}, "content": '"'},
-        {"type": "NFKD"},
-        {"type": "StripAccents"},
-        {"type": "Lowercase"},
     ]
+    if normalizer.strip_accents:
+        steps += [{"type": "NFKD"}, {"type": "StripAccents"}]
+    if normalizer.lower_case:
+        steps.append({"type": "Lowercase"})
     if charsmap:
-        normalizers.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()})
+        steps.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()})
+    return steps
 
-    def special(name: str, type_id: int) -> dict:
-        return {"SpecialToken": {"id": name, "type_id": type_id}}
 
-    def sequence(name: str, type_id: int) -> dict:
-        return {"Sequence": {"id": name, "type_id": type_id}}
-
-    added = [
+def _added_tokens() -> list[dict]:
+    """ALBERT's special pieces, matched before normalisation; ``[MASK]`` takes the space before it along, as
+    AlbertTokenizer's mask token does."""
+    return [
         {
             "id": i,
             "content": piece,
@@ -229,26 +277,22 @@ def _tokenizer_json(sp, charsmap: bytes) -> dict:
         }
         for piece, i in SPECIAL_IDS.items()
     ]
+
+
+def _post_processor() -> dict:
+    """``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]``, B's part with token type 1."""
+
+    def special(name: str, type_id: int) -> dict:
+        return {"SpecialToken": {"id": name, "type_id": type_id}}
+
+    def sequence(name: str, type_id: int) -> dict:
+        return {"Sequence": {"id": name, "type_id": type_id}}
+
     return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": {"type": "Sequence", "normalizers": normalizers},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
-            "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0), sequence("B", 1), special("[SEP]", 1)],
-            "special_tokens": {t: {"id": t, "ids": [SPECIAL_IDS[t]], "tokens": [t]} for t in ("[CLS]", "[SEP]")},
-        },
-        "decoder": metaspace,
-        "model": {
-            "type": "Unigram",
-            "unk_id": SPECIAL_IDS["<unk>"],
-            "vocab": [[sp.id_to_piece(i), sp.get_score(i)] for i in range(sp.get_piece_size())],
-            "byte_fallback": False,
-        },
+        "type": "TemplateProcessing",
+        "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
+        "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0), sequence("B", 1), special("[SEP]", 1)],
+        "special_tokens": {t: {"id": t, "ids": [SPECIAL_IDS[t]], "tokens": [t]} for t in ("[CLS]", "[SEP]")},
     }
 
 

@@ -40,6 +40,8 @@ class AlbertPretraining(L.LightningModule):
         vocab_size: the shards' vocabulary size (linked from the data module by ``fit``).
         config_overrides: fields of ``AlbertConfig`` to change from the preset (e.g. {"sharing": "ffn"}).
         inter_sentence: the shards' second objective: "sop", "nsp" (same head, other data) or "none" (no loss).
+        normalizer: how the shards' text was normalised (``textnorm.Normalizer``'s fields, linked from the data
+            module by ``fit``); export and evaluation normalise text the same way. None: the defaults.
         optimizer: "lamb" (the paper) or "adamw".
         lr: peak learning rate (paper: 0.00176 for batch 4096 with LAMB).
         weight_decay: applied to all weights but LayerNorm and biases.
@@ -55,6 +57,7 @@ class AlbertPretraining(L.LightningModule):
         vocab_size: int = 30000,
         config_overrides: dict[str, Any] | None = None,
         inter_sentence: str = "sop",
+        normalizer: dict[str, bool] | None = None,
         optimizer: str = "lamb",
         lr: float = 1e-3,
         weight_decay: float = 0.01,
