@@ -6,7 +6,9 @@ the same examples in the same order; the report gives both starts' medians over 
 bootstrap interval over seeds and dev examples, and (c) the majority class (or train mean). Plus intrinsic
 scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
 columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
-``data/tasks/*``, or your own) or GLUE task names (GLUE's or Hugging Face's spelling) read from ``glue_dir``.
+``data/tasks/*``, or your own), GLUE task names (GLUE's or Hugging Face's spelling) read from ``glue_dir``, or
+reading comprehension (``reading_eval.py``): ``squad1``/``squad2`` from ``squad_dir``, ``race`` from ``race_dir``
+and span tasks in SQuAD's layout (the embedded default's ``data/tasks/returns``).
 Knobs: the ``evaluate`` section of ``params.yaml``, each also a ``--flag``.
 
 Every input (vocabulary, checkpoint, every file of every task) is read before the first fine-tuning, and the
@@ -28,12 +30,19 @@ import lightning as L
 import torch
 
 from albert_lightning.eval_report import SplitPredictions, summarise, write_predictions, write_report, write_submission
-from albert_lightning.finetuning import AlbertFineTuning, Encoder, load_pretrained, make_loader, random_encoder
+from albert_lightning.finetuning import (
+    AlbertFineTuning,
+    Encoder,
+    finetune_trainer,
+    load_pretrained,
+    make_loader,
+    starts,
+)
 from albert_lightning.metrics import majority_baseline
 from albert_lightning.model import AlbertForPreTraining
+from albert_lightning.reading_eval import ReadingTask, evaluate_reading_task, reading_task
 from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
-from albert_lightning.sharding import FSDP2Strategy
-from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
+from albert_lightning.subsets import finetuning_seeds, finetuning_steps, train_sizes, train_subset
 from albert_lightning.task_files import SplitFile, TaskDataError, TaskSpec, label_ids, resolve_task, run_splits
 from pipelines.commands import main as run_command
 from pipelines.params import parse_config
@@ -63,6 +72,13 @@ class EvaluateConfig:
     devices: int = 1
     intrinsic_batches: int = 20
     random_baseline: bool = True  # also fine-tune a random model of the same shape (ablation grids may skip it)
+    # Reading comprehension (reading_eval.py): tasks squad1, squad2 (official files in squad_dir), race (race_dir)
+    squad_dir: str | None = None
+    race_dir: str | None = None
+    doc_stride: int = 128  # context pieces between windows' starts (the reference's, at max_seq_length 384)
+    max_query_length: int = 64  # question pieces kept (the reference's)
+    max_answer_length: int = 30  # pieces in a decoded answer, as the reference
+    n_best_size: int = 20  # starts and ends tried per window, as the reference
 
 
 Encoded = list[tuple[list[int], list[int], Any]]  # (input_ids, token_type_ids, label) per example
@@ -115,21 +131,6 @@ def load_task(files: dict[str, SplitFile], encoder: Encoder) -> TaskData:
     return TaskData(spec, encoded["train"][0], devs, tests, ids, files)
 
 
-def _trainer(config: EvaluateConfig, max_steps: int) -> L.Trainer:
-    return L.Trainer(
-        accelerator="auto",
-        devices=config.devices,
-        strategy=FSDP2Strategy(),
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-        num_sanity_val_steps=0,
-    )
-
-
 class _ScoredFineTuning(AlbertFineTuning):
     """Predicts logits rather than label ids: the predictions files give the predicted label's probability."""
 
@@ -151,7 +152,7 @@ def finetune(
     regression = spec.kind == "regression"
     loader = make_loader(train, config.batch_size, regression, shuffle=True, seed=seed)
     module = _ScoredFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps)
-    trainer = _trainer(config, steps)
+    trainer = finetune_trainer(config.devices, steps)
     trainer.fit(module, train_dataloaders=loader)
     return trainer, module
 
@@ -171,12 +172,6 @@ def predict(
     return SplitPredictions(labels.tolist(), logits.softmax(-1).gather(-1, labels[:, None])[:, 0].tolist())
 
 
-def _starts(pretrained: AlbertForPreTraining, seed: int, config: EvaluateConfig):
-    yield "pretrained", pretrained
-    if config.random_baseline:
-        yield "random_init", random_encoder(pretrained.config, random_init_seed(seed))
-
-
 def evaluate_size(
     task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig, audit: bool = False
 ) -> tuple[dict[str, Any], dict[str, dict[str, list]], dict[str, SplitPredictions]]:
@@ -193,7 +188,7 @@ def evaluate_size(
     for seed in seeds:
         # The same subset and order for both starts: the gain is a paired comparison.
         train = [task.train[i] for i in train_subset(len(task.train), seed, spec.name, size)]
-        for start, network in _starts(pretrained, seed, config):
+        for start, network in starts(pretrained, seed, config.random_baseline):
             trainer, module = finetune(network, spec, train, steps, seed, config)
             chosen = audit and not audited and start == "pretrained"
             splits = {**task.devs, **task.tests} if chosen else task.devs
@@ -335,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = _parse(argv)
     # Every input is read before the long work, so a bad one fails in seconds, not after hours of earlier tasks.
     pretrained, encoder = _load_checkpoint(config)  # once: fine-tuning copies its weights and leaves it as it was
-    tasks = [check_task(name, config) for name in config.tasks]
+    tasks = [reading_task(name, config.squad_dir, config.race_dir) or check_task(name, config) for name in config.tasks]
     report = {
         "checkpoint": config.checkpoint,
         "seeds": finetuning_seeds(config.seed, config.seeds),
@@ -346,8 +341,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "tasks": {},
     }
     table = write_report(report, config.output)
-    for files in tasks:
-        result = evaluate_task(files, config, pretrained, encoder)
+    for task in tasks:
+        if isinstance(task, ReadingTask):
+            result = evaluate_reading_task(task, config, pretrained, encoder)
+        else:
+            result = evaluate_task(task, config, pretrained, encoder)
         report["tasks"][result["task"]] = result
         table = write_report(report, config.output)  # after every task: a later failure keeps these scores
     print(table)

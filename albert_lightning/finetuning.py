@@ -1,4 +1,4 @@
-"""Fine-tuning ALBERT on sentence and sentence-pair tasks: the encoder, a classifier on the pooled output.
+"""Fine-tuning ALBERT on downstream tasks: the pretrained encoder with a task head (``heads``).
 
 ``AlbertFineTuning`` starts from our pretraining checkpoint, from a Hugging Face ALBERT folder, or from random
 weights of the same shape (the baseline that tells what pretraining bought). Texts are normalised and encoded
@@ -9,7 +9,7 @@ then ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,23 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
-from albert_lightning.model import AlbertConfig, AlbertForPreTraining, AlbertModel
+from albert_lightning.heads import make_head
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
-from albert_lightning.sharding import shard_albert
+from albert_lightning.sharding import FSDP2Strategy, shard_albert
+from albert_lightning.subsets import random_init_seed
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import CLS_ID, SEP_ID, load_spiece
 
-__all__ = ["AlbertFineTuning", "Encoder", "load_encoder", "load_pretrained", "random_encoder"]
+__all__ = [
+    "AlbertFineTuning",
+    "Encoder",
+    "finetune_trainer",
+    "load_encoder",
+    "load_pretrained",
+    "random_encoder",
+    "starts",
+]
 
 
 def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) -> AlbertForPreTraining:
@@ -73,6 +83,32 @@ def random_encoder(config: AlbertConfig, seed: int) -> AlbertForPreTraining:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return load_encoder(None, config)
+
+
+def finetune_trainer(devices: int, max_steps: int) -> L.Trainer:
+    """The Trainer of one fine-tuning run: FSDP2 over ``devices``, no logs, checkpoints or sanity steps."""
+    return L.Trainer(
+        accelerator="auto",
+        devices=devices,
+        strategy=FSDP2Strategy(),
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
+    )
+
+
+def starts(
+    pretrained: AlbertForPreTraining, seed: int, random_baseline: bool = True
+) -> Iterator[tuple[str, AlbertForPreTraining]]:
+    """The networks one fine-tuning seed starts from: the checkpoint's, then (the baseline) random weights of its
+    shape, drawn for that seed alone."""
+    yield "pretrained", pretrained
+    if random_baseline:
+        yield "random_init", random_encoder(pretrained.config, random_init_seed(seed))
 
 
 class Encoder:
@@ -128,52 +164,45 @@ def make_loader(
     )
 
 
-class SequenceClassifier(nn.Module):
-    """The encoder, dropout and a linear classifier on the pooled output: the unit that is sharded whole."""
-
-    def __init__(self, config: AlbertConfig, num_labels: int, classifier_dropout: float) -> None:
-        super().__init__()
-        self.albert = AlbertModel(config)
-        self.dropout = nn.Dropout(classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor):
-        pooled = self.albert(input_ids, token_type_ids, attention_mask).pooled_output  # [B, H]
-        return self.classifier(self.dropout(pooled))  # [B, num_labels]
-
-
 class AlbertFineTuning(L.LightningModule):
-    """Classification (cross-entropy) or regression (MSE) on ALBERT's pooled ``[CLS]`` output.
+    """Fine-tuning the encoder with a task head (``heads.HEADS``).
+
+    ``classification``: cross-entropy on the pooled ``[CLS]`` (MSE when ``num_labels`` is 1: regression);
+    ``span``: cross-entropy of the answer's start and end positions, averaged (batch ``start_positions``,
+    ``end_positions``); ``choice``: cross-entropy over the options' scores (inputs [B, options, T]).
 
     Args:
         network: the pretrained (or random) ``AlbertForPreTraining``; its encoder is kept, its heads dropped.
-        num_labels: classes; 1 means regression.
+        num_labels: classes; 1 means regression (classification only).
         classifier_dropout: dropout before the classifier (0.1 in the paper).
         encoder_dropout: dropout inside the encoder while fine-tuning (ALBERT pretrains without; 0 keeps it so).
         lr, weight_decay, warmup_proportion: AdamW with linear warm-up and decay, as the paper fine-tunes.
         total_steps: optimizer steps, for the schedule.
+        head: "classification", "span" or "choice".
     """
 
     def __init__(
         self,
         network: AlbertForPreTraining,
-        num_labels: int,
+        num_labels: int = 2,
         classifier_dropout: float = 0.1,
         encoder_dropout: float = 0.0,
         lr: float = 3e-5,
         weight_decay: float = 0.01,
         warmup_proportion: float = 0.1,
         total_steps: int = 1000,
+        head: str = "classification",
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["network"])
         config = dataclasses.replace(
             network.config, hidden_dropout_prob=encoder_dropout, attention_probs_dropout_prob=encoder_dropout
         )
-        self.network = SequenceClassifier(config, num_labels, classifier_dropout)
+        self.network = make_head(head, config, num_labels, classifier_dropout)
         self.network.albert.load_state_dict(network.albert.state_dict())
-        nn.init.normal_(self.network.classifier.weight, std=config.initializer_range)
-        nn.init.zeros_(self.network.classifier.bias)
+        output = self.network.qa_outputs if head == "span" else self.network.classifier
+        nn.init.normal_(output.weight, std=config.initializer_range)
+        nn.init.zeros_(output.bias)
         self._sharded = False
 
     def configure_model(self) -> None:
@@ -182,23 +211,31 @@ class AlbertFineTuning(L.LightningModule):
             shard_albert(self.network, mesh["data_parallel"])
             self._sharded = True
 
+    @property
+    def _regression(self) -> bool:
+        return self.hparams.head == "classification" and self.hparams.num_labels == 1
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = self.network(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        return logits.squeeze(-1) if self.hparams.num_labels == 1 else logits
+        return logits.squeeze(-1) if self._regression else logits
 
-    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if self.hparams.num_labels == 1:
-            return F.mse_loss(logits.float(), labels)
-        return F.cross_entropy(logits.float(), labels)
+    def _loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.hparams.head == "span":  # logits [B, 2, T]
+            start = F.cross_entropy(logits[:, 0].float(), batch["start_positions"])
+            return (start + F.cross_entropy(logits[:, 1].float(), batch["end_positions"])) / 2
+        if self._regression:
+            return F.mse_loss(logits.float(), batch["labels"])
+        return F.cross_entropy(logits.float(), batch["labels"])
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._loss(self(batch), batch["labels"])
+        loss = self._loss(self(batch), batch)
         self.log("finetune/loss", loss, prog_bar=True)
         return loss
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self(batch)
-        return logits if self.hparams.num_labels == 1 else logits.argmax(-1)
+        # Reading heads give their logits: decoding spans and scoring options needs them, not an argmax.
+        return logits if self._regression or self.hparams.head != "classification" else logits.argmax(-1)
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams

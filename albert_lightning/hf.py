@@ -19,7 +19,9 @@ from pathlib import Path
 import sentencepiece
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
+from albert_lightning.heads import HEADS, MultipleChoice, SequenceClassifier, SpanExtractor
 from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
@@ -30,6 +32,14 @@ __all__ = ["export_hf", "hf_config", "hf_normalizer", "import_hf", "normalizer_o
 SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
 SPECIAL_TOKENS |= {"mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}
 SPECIAL_IDS = {piece: i for i, piece in enumerate(SPECIAL_PIECES)}
+PRETRAINING = "AlbertForPreTraining"
+# What an export of each network loads as in transformers: the pretraining model or a fine-tuned task model.
+ARCHITECTURES = {
+    AlbertForPreTraining: PRETRAINING,
+    SequenceClassifier: HEADS["classification"],
+    SpanExtractor: HEADS["span"],
+    MultipleChoice: HEADS["choice"],
+}
 # Buffers that transformers < 4.31 saved with the weights; they carry nothing.
 _IGNORED = {"albert.embeddings.position_ids", "albert.embeddings.token_type_ids"}
 # Released checkpoints are AlbertForMaskedLM: no SOP head, and no pooler when saved by transformers >= 4.
@@ -37,7 +47,7 @@ _IGNORED = {"albert.embeddings.position_ids", "albert.embeddings.token_type_ids"
 _OPTIONAL = ("sop_classifier.", "albert.pooler.")
 
 
-def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32) -> dict:
+def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32, architecture: str = PRETRAINING) -> dict:
     """Returns the config.json dict that ``transformers.AlbertConfig`` reads for our ``config``.
 
     Raises:
@@ -48,7 +58,7 @@ def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32) -> dict:
         raise ValueError(f"sharing={config.sharing!r} has no transformers layout; export needs 'all' or 'none'")
     hf = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "sharing"}
     return hf | {
-        "architectures": ["AlbertForPreTraining"],
+        "architectures": [architecture],
         "model_type": "albert",
         "num_hidden_groups": groups[config.sharing],
         "position_embedding_type": "absolute",
@@ -80,29 +90,28 @@ def hf_normalizer(folder: str | Path) -> Normalizer:
 
 
 def export_hf(
-    model: AlbertForPreTraining,
+    model: nn.Module,
     config: AlbertConfig,
     folder: str | Path,
     spiece_model: str | None = None,
     normalizer: Normalizer | None = None,
 ) -> Path:
-    """Writes a folder that ``transformers.AlbertForPreTraining.from_pretrained`` loads with no missing keys.
+    """Writes a folder transformers loads with no missing keys: as ``AlbertForPreTraining``, or for a network of
+    ``heads`` as its task model (``AlbertForQuestionAnswering``, ...).
 
     Args:
-        model: the model to export (its config must equal ``config``).
+        model: the model to export (its encoder's config must equal ``config``).
         config: its configuration; sharing must be "all" or "none".
         folder: output folder, created if needed.
         spiece_model: path of the SentencePiece model; when given, spiece.model and the tokenizer files are
             written too, so that ``AlbertTokenizer.from_pretrained(folder)`` loads.
         normalizer: how the pretraining text was normalised (None: the defaults); the tokenizer files repeat it.
 
-    Returns the folder.
-
-    Raises:
-        ValueError: if the config does not match the model or cannot be expressed in transformers.
+    Returns the folder. Raises ValueError if the config does not match the model or has no transformers form.
     """
-    if config != model.config:
-        raise ValueError(f"export_hf: config {config} is not the model's {model.config}")
+    encoder_config = model.config if isinstance(model, AlbertForPreTraining) else model.albert.config
+    if config != encoder_config:
+        raise ValueError(f"export_hf: config {config} is not the model's {encoder_config}")
     sp = None if spiece_model is None else _checked_spiece(Path(spiece_model), config.vocab_size)
     folder = Path(folder)
     # Written beside the target and renamed when complete: a failed export never leaves a folder that looks
@@ -128,15 +137,26 @@ def _checked_spiece(path: Path, vocab_size: int) -> sentencepiece.SentencePieceP
     return sp
 
 
-def _write_model(model: AlbertForPreTraining, config: AlbertConfig, folder: Path) -> None:
+def _write_model(model: nn.Module, config: AlbertConfig, folder: Path) -> None:
+    # isinstance: FSDP2 swaps a sharded module's class for a subclass of it
+    architecture = next(name for kind, name in ARCHITECTURES.items() if isinstance(model, kind))
+    # One copy of each tied tensor, under transformers' name; AlbertForQuestionAnswering's encoder has no pooler.
+    dropped = ("albert.pooler.",) if architecture == HEADS["span"] else ()
     weights = {
-        name: tensor.detach().cpu().contiguous()
+        name: _full(tensor).detach().cpu().contiguous()
         for name, tensor in model.state_dict().items()
-        if name not in TIED_WEIGHTS  # one copy of each tied tensor, under transformers' name
+        if name not in TIED_WEIGHTS and not (dropped and name.startswith(dropped))
     }
-    hf = hf_config(config, weights["albert.embeddings.word_embeddings.weight"].dtype)
+    hf = hf_config(config, weights["albert.embeddings.word_embeddings.weight"].dtype, architecture)
+    if architecture == HEADS["classification"]:
+        hf["num_labels"] = model.classifier.out_features
     (folder / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of an FSDP2-sharded parameter (a DTensor), or the tensor itself."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def import_hf(folder: str | Path) -> AlbertForPreTraining:

@@ -1,7 +1,7 @@
 """Tasks stage: segmented documents of the embedded default corpus → downstream evaluation tasks → ``data/tasks/``.
 
 Run: ``python -m pipelines.tasks --input data/sentences --output data/tasks`` (Beam options may follow).
-Two labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
+Three labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
 evaluate a pretrained model with no download:
 
 - ``package`` (single text): passage → the top-level package it documents (``torch``, ``scipy``, ``email``…),
@@ -11,6 +11,10 @@ evaluate a pretrained model with no download:
   Each document anchors up to ``pairs_per_document`` positives (its next same-module documents in seeded hash
   order), each emitted together with one negative for the same anchor: balanced by construction. A negative is
   hard where the split allows (another module of the same package), else from another package.
+
+- ``returns`` (span extraction, SQuAD's layout): "what does ``module.qualname`` return?" over a function's or
+  method's docstring (its first ``span_passage_sentences`` sentences) → the object of its "Return(s) …"
+  sentence (``return_questions``). Written as ``returns/{train,dev,test}.json``.
 
 A passage is a document's first ``passage_sentences`` sentences joined by spaces; the segment stage already
 normalised them as AlbertTokenizer would (``textnorm``), so the evaluation tokenises passages as they are.
@@ -40,18 +44,20 @@ from pipelines import files
 from pipelines.commands import main
 from pipelines.documents import STATS, finished_files
 from pipelines.options import parse_stage_args
+from pipelines.return_questions import return_question
 from pipelines.seeding import stable_hash64, unit_interval
 from pipelines.stage import Counters, owning_outputs, run_and_count
 
-__all__ = ["BuildTasks", "TasksConfig", "module_pairs", "run", "split_of", "top_packages"]
+__all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "module_pairs", "run", "split_of", "top_packages"]
 
 SPLITS = ("train", "dev", "test")
-TASKS = ("package", "same_module")
+TASKS = ("package", "same_module", "returns")
+SPAN_TASKS = ("returns",)  # written in SQuAD's JSON layout, one file per split; the others as JSON Lines
 COUNTERS = Counters(
     "tasks",
     *"documents documents_without_module_meta duplicate_passages small_package_documents other_package_documents "
     "package_examples positive_pairs negative_pairs hard_negatives easy_negatives documents_without_partner "
-    "repeated_pairs pairs_without_negative".split(),
+    "repeated_pairs pairs_without_negative return_questions duplicate_contexts".split(),
 )
 
 
@@ -63,12 +69,14 @@ class TasksConfig:
     min_package_documents: int = field(default=10, metadata={"help": "drop smaller packages from both tasks"})
     num_packages: int = field(default=8, metadata={"help": "classes of the package task (largest packages)"})
     passage_sentences: int = field(default=3, metadata={"help": "a passage is a document's first k sentences"})
+    span_passage_sentences: int = field(default=8, metadata={"help": "returns: the context's first k sentences"})
     pairs_per_document: int = field(default=2, metadata={"help": "positives per anchor, each with a negative"})
     dev_fraction: float = field(default=0.15, metadata={"help": "share of documents in dev"})
     test_fraction: float = field(default=0.15, metadata={"help": "share of documents in test"})
 
     def __post_init__(self) -> None:
-        for name in ("min_package_documents", "num_packages", "passage_sentences", "pairs_per_document"):
+        names = ("min_package_documents", "num_packages", "passage_sentences", "span_passage_sentences")
+        for name in (*names, "pairs_per_document"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if min(self.dev_fraction, self.test_fraction) < 0 or self.dev_fraction + self.test_fraction >= 1:
@@ -101,11 +109,41 @@ def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]
         yield text, {**passage, "split": split}
 
 
-def _first_by_id(element: tuple[str, Iterable[dict]]) -> dict:
+def _first_by_id(element: tuple[str, Iterable[dict]], counter: str = "duplicate_passages") -> dict:
     # Equal texts in two splits would leak test passages into training; equal texts with two labels are noise.
     passages = sorted(element[1], key=lambda p: p["id"])
-    COUNTERS.inc("duplicate_passages", len(passages) - 1)
+    COUNTERS.inc(counter, len(passages) - 1)
     return passages[0]
+
+
+def _read_return_questions(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
+    """Yields (context, question) for each documented function of one sentences file that says what it returns."""
+    for row in files.read_parquet(path).to_pylist():
+        meta = json.loads(row["meta"])
+        question = return_question(row["id"], row["sentences"], meta, config.span_passage_sentences)
+        if question is not None:
+            COUNTERS.inc("return_questions")
+            yield (
+                question["context"],
+                {**question, "split": split_of(row["id"], config.dev_fraction, config.test_fraction)},
+            )
+
+
+class BuildReturnsTask(beam.PTransform):
+    """Sentences file paths → (("returns", split), question): the span task, one question per docstring."""
+
+    def __init__(self, config: TasksConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, paths: beam.PCollection) -> beam.PCollection:
+        return (
+            paths
+            | "ReadReturnQuestions" >> beam.FlatMap(_read_return_questions, self._config)
+            | "GroupByContext" >> beam.GroupByKey()
+            | "DropDuplicateContexts" >> beam.Map(_first_by_id, "duplicate_contexts")
+            | "KeyBySplit" >> beam.Map(lambda q: (("returns", q.pop("split")), q))
+        )
 
 
 def _in_large_package(passage: dict, counts: dict[str, int], min_documents: int) -> bool:
@@ -241,7 +279,8 @@ class BuildTasks(beam.PTransform):
         )
         single = kept | "BuildPackageTask" >> BuildPackageTask(counts, config)
         pairs = kept | "BuildModulePairs" >> BuildModulePairs(config)
-        return (single, pairs) | "BothTasks" >> beam.Flatten()
+        spans = paths | "BuildReturnsTask" >> BuildReturnsTask(config)
+        return (single, pairs, spans) | "AllTasks" >> beam.Flatten()
 
 
 def _write_split(element: tuple[tuple[str, str], Iterable[dict | None]], output: str, seed: int) -> str:
@@ -250,14 +289,30 @@ def _write_split(element: tuple[tuple[str, str], Iterable[dict | None]], output:
     kept = sorted(
         (r for r in rows if r is not None), key=lambda r: (stable_hash64(seed, task, r["id"], r.get("id_b")), r["id"])
     )
-    text = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in kept)
-    path = files.join(output, task, f"{split}.jsonl")
+    if task in SPAN_TASKS:
+        text, path = json.dumps(_squad_layout(kept), sort_keys=True, ensure_ascii=False), f"{split}.json"
+    else:
+        text, path = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in kept), f"{split}.jsonl"
+    path = files.join(output, task, path)
     files.write_bytes_atomically(path, text.encode("utf-8"))
     return path
 
 
+def _squad_layout(questions: list[dict]) -> dict:
+    """SQuAD's JSON (articles → paragraphs → questions): one article of one paragraph per docstring."""
+    articles = [
+        {"title": q["title"], "paragraphs": [{"context": q["context"], "qas": [
+            {"id": q["id"], "question": q["question"], "answers": q["answers"]}
+        ]}]}
+        for q in questions
+    ]  # fmt: skip
+    return {"version": "1.1", "data": articles}
+
+
 def _task_spec(task: str, splits: dict[str, dict]) -> dict:
     """Returns ``task.json``, the generic keys the evaluation code reads (it rejects any other key)."""
+    if task in SPAN_TASKS:
+        return {"kind": "span", "metrics": ["f1", "exact"], "primary": "f1"}
     pair = task == "same_module"
     # Pairs: "1" second, as F1 is measured on the class at index 1 (albert_lightning.metrics).
     labels = ["0", "1"] if pair else sorted({label for split in splits.values() for label in split["labels"]})
@@ -274,6 +329,10 @@ def _split_stats(output: str, task: str) -> dict[str, dict]:
     """Reads one task's written splits back: examples and examples per label."""
     stats = {}
     for split in SPLITS:
+        if task in SPAN_TASKS:
+            data = json.loads(files.read_bytes(files.join(output, task, f"{split}.json")))
+            stats[split] = {"examples": sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])}
+            continue
         data = files.read_bytes(files.join(output, task, f"{split}.jsonl")).decode("utf-8")
         labels = collections.Counter(json.loads(line)["label"] for line in data.splitlines())
         stats[split] = {"examples": sum(labels.values()), "labels": dict(sorted(labels.items()))}

@@ -71,3 +71,18 @@ def no_distributed_state_leaks():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def random_export(pipeline_run: PipelineRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny ALBERT as a Hugging Face folder: evaluation starts from such folders as from checkpoints."""
+    import sentencepiece as spm
+
+    from albert_lightning.hf import export_hf
+    from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+
+    vocab = spm.SentencePieceProcessor(model_file=str(pipeline_run.spiece)).get_piece_size()
+    config = AlbertConfig.preset("tiny", vocab_size=vocab)
+    folder = tmp_path_factory.mktemp("export")
+    export_hf(AlbertForPreTraining(config), config, folder)
+    return folder

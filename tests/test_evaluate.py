@@ -20,24 +20,12 @@ import torch
 from albert_lightning import evaluate
 from albert_lightning.eval_report import read_predictions, write_report
 from albert_lightning.finetuning import Encoder
-from albert_lightning.hf import export_hf
 from albert_lightning.metrics import compute_metrics
-from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.shard_loader import ShardDataset
 from albert_lightning.task_files import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
 from pipelines.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_task_files import FILES, TEST_FILES, write_glue
-
-
-@pytest.fixture(scope="module")
-def random_export(pipeline_run: PipelineRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random tiny ALBERT as a Hugging Face folder: evaluation starts from such folders as from checkpoints."""
-    vocab = spm.SentencePieceProcessor(model_file=str(pipeline_run.spiece)).get_piece_size()
-    config = AlbertConfig.preset("tiny", vocab_size=vocab)
-    folder = tmp_path_factory.mktemp("export")
-    export_hf(AlbertForPreTraining(config), config, folder)
-    return folder
 
 
 def _argv(run: PipelineRun, checkpoint: Path, output: Path, *flags: str) -> list[str]:

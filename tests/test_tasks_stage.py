@@ -40,7 +40,18 @@ def built(sentences: Path) -> tuple[Path, dict]:
 
 
 def _rows(out: Path, task: str) -> dict[str, list[dict]]:
+    if task in tasks.SPAN_TASKS:  # SQuAD's layout: the questions of every paragraph of every article
+        return {s: _questions(json.loads((out / task / f"{s}.json").read_text())) for s in tasks.SPLITS}
     return {s: [json.loads(line) for line in (out / task / f"{s}.jsonl").open()] for s in tasks.SPLITS}
+
+
+def _questions(squad: dict) -> list[dict]:
+    return [
+        {**question, "context": paragraph["context"], "title": article["title"]}
+        for article in squad["data"]
+        for paragraph in article["paragraphs"]
+        for question in paragraph["qas"]
+    ]
 
 
 def _documents(sentences: Path) -> dict[str, dict]:
@@ -114,7 +125,7 @@ def test_deterministic_across_runs_and_workers(sentences: Path, built: tuple[Pat
     _run(sentences, tmp_path / "again")
     _run(sentences, tmp_path / "parallel", "--direct_running_mode=multi_processing", "--direct_num_workers=2")
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert len(names) == 9 and not [n for n in names if ".tmp-" in n]
+    assert len(names) == 4 * len(tasks.TASKS) + 1 and not [n for n in names if ".tmp-" in n]
     for again in ("again", "parallel"):
         assert (
             sorted(str(p.relative_to(tmp_path / again)) for p in (tmp_path / again).rglob("*") if p.is_file()) == names
@@ -142,3 +153,42 @@ def test_documents_without_meta_are_counted_and_skipped(tmp_path: Path):
     stats = _run(_sentences_folder(tmp_path / "s", metas), tmp_path / "t")
     assert stats["counters"]["documents_without_module_meta"] == 1 and stats["counters"]["documents"] == 31
     assert sum(s["examples"] for s in stats["tasks"]["package"].values()) == 30
+
+
+def test_returns_asks_what_a_documented_function_returns_answered_by_its_docstring(
+    sentences: Path, built: tuple[Path, dict]
+):
+    out, stats = built
+    documents = _documents(sentences)
+    questions = [q for rows in _rows(out, "returns").values() for q in rows]
+    assert len(questions) >= 20 and stats["tasks"]["returns"]["train"]["examples"] > 0
+    assert len({q["context"] for q in questions}) == len(questions)  # one question per distinct docstring
+    for q in questions:
+        meta = documents[q["id"]]["meta"]
+        assert meta["kind"] in ("function", "method")
+        assert q["question"] == f"what does {meta['module']}.{meta['qualname']} return?"
+        (answer,) = q["answers"]
+        start = answer["answer_start"]
+        assert q["context"][start : start + len(answer["text"])] == answer["text"]
+        # the answer is the object of a sentence of the docstring that starts "return(s)"
+        sentence = next(s for s in documents[q["id"]]["sentences"] if answer["text"] in s)
+        assert sentence.split()[0] in ("return", "returns") and sentence.rstrip(".").endswith(answer["text"])
+    assert json.loads((out / "returns" / "task.json").read_text())["kind"] == "span"
+
+
+def test_a_return_question_needs_a_function_a_return_sentence_and_a_short_phrase():
+    from pipelines.return_questions import return_question
+
+    meta = {"kind": "function", "module": "os.path", "qualname": "basename"}
+    doc = ["return the base name of pathname p.", "this is the second half of the pair returned by split(p)."]
+    q = return_question("d", doc, meta, max_sentences=8)
+    assert q["question"] == "what does os.path.basename return?"
+    assert q["answers"] == [{"text": "the base name of pathname p", "answer_start": 7}]
+    assert q["context"] == " ".join(doc)
+    later = ["compute things.", "returns the sum of x and y."]
+    assert return_question("d", later, meta, 8)["answers"][0]["answer_start"] == len("compute things. returns ")
+    assert return_question("d", later, meta, max_sentences=1) is None  # beyond the passage
+    assert return_question("d", doc, meta | {"kind": "class"}, 8) is None
+    assert return_question("d", ["returns ------- out : ndarray the result."], meta, 8) is None  # numpy section
+    assert return_question("d", ["returns x."], meta, 8) is None  # one word: not a phrase
+    assert return_question("d", ["the returns are listed."], meta, 8) is None

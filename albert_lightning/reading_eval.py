@@ -1,0 +1,341 @@
+"""Reading comprehension in the evaluation: span extraction (SQuAD 1.1 and 2.0, the embedded ``returns`` task)
+and multiple choice (RACE).
+
+A task is fine-tuned as the sentence tasks are (``evaluate``): per training-set size and seed, from the checkpoint
+and from random weights of its shape, on the same subset; scored on dev with the official definitions
+(``reading_metrics``), with the median over seeds and the gain's 95% interval; beside a baseline that needs no
+model: for spans the first sentence's object (the first sentence of the context without its first word: what a
+docstring's "Return …" opening answers), for RACE the most frequent answer letter of the training set.
+
+Span inputs are the reference's windows (``spans.make_windows``: ``max_seq_length``, ``doc_stride``,
+``max_query_length``), answers are decoded across a question's windows (``spans.decode``) back to the original
+text; SQuAD 2.0 reports the official best-threshold scores, the threshold on the no-answer score chosen on dev.
+A RACE option is ``[CLS] article [SEP] question option [SEP]`` (a blank ``_`` in the question is filled with the
+option), one score per option from [CLS], softmax over the four.
+
+The audited run (the pretrained start's first seed on the largest training set) writes its dev predictions to
+``predictions/<task>/dev.jsonl`` and its fine-tuned network as a Hugging Face folder, ``finetuned/<task>/``, which
+``transformers`` loads as ``AlbertForQuestionAnswering`` or ``AlbertForMultipleChoice``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from albert_lightning.bootstrap import median_gain_interval
+from albert_lightning.eval_report import STARTS, _round
+from albert_lightning.finetuning import AlbertFineTuning, Encoder, finetune_trainer, starts
+from albert_lightning.hf import export_hf
+from albert_lightning.model import AlbertForPreTraining
+from albert_lightning.reading_files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
+from albert_lightning.reading_metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
+from albert_lightning.spans import Window, decode, make_windows
+from albert_lightning.subsets import finetuning_seeds, finetuning_steps, train_sizes, train_subset
+from albert_lightning.task_files import TaskDataError
+
+__all__ = ["READING_TASKS", "ReadingTask", "evaluate_reading_task", "first_sentence_object", "reading_task"]
+
+SQUAD_VERSIONS = {"squad1": "1.1", "squad2": "2.0"}
+READING_TASKS = (*SQUAD_VERSIONS, "race")
+
+
+@dataclass
+class ReadingTask:
+    """A reading-comprehension task, read and checked in full."""
+
+    name: str
+    head: str  # "span" or "choice"
+    train: list[SquadQuestion] | list[RaceQuestion]
+    dev: list[SquadQuestion] | list[RaceQuestion]
+    version: str  # "1.1" or "2.0" for spans (2.0: questions may have no answer), "race" for choices
+
+    @property
+    def primary(self) -> str:
+        return {"1.1": "f1", "2.0": "best_f1", "race": "accuracy"}[self.version]
+
+
+def reading_task(name: str, squad_dir: str | None, race_dir: str | None) -> ReadingTask | None:
+    """Returns the reading task ``name`` denotes, every file read and checked; None for a sentence task.
+
+    ``squad1``/``squad2`` read ``squad_dir`` (the official file names), ``race`` reads ``race_dir``
+    (``{train,dev}/{middle,high}/*.txt``); a folder whose ``task.json`` says ``"kind": "span"`` (the tasks
+    stage's ``returns``) holds ``train.json`` and ``dev.json`` in SQuAD's layout.
+
+    Raises:
+        TaskDataError: a missing folder or file, or a file that is not in its official layout (naming it).
+    """
+    if name in SQUAD_VERSIONS:
+        files = squad_files(_folder(squad_dir, "squad_dir", name), SQUAD_VERSIONS[name])
+        return ReadingTask(name, "span", read_squad(files["train"]), read_squad(files["dev"]), SQUAD_VERSIONS[name])
+    if name == "race":
+        folder = _folder(race_dir, "race_dir", name)
+        return ReadingTask(name, "choice", read_race(folder, "train"), read_race(folder, "dev"), "race")
+    spec = Path(name) / "task.json"
+    if spec.exists() and json.loads(spec.read_text()).get("kind") == "span":
+        files = squad_files(name, "1.1")
+        return ReadingTask(Path(name).name, "span", read_squad(files["train"]), read_squad(files["dev"]), "1.1")
+    return None
+
+
+def _folder(path: str | None, flag: str, task: str) -> str:
+    if path is None:
+        raise TaskDataError(f"task {task}: give the folder of its files with --{flag} (or evaluate.{flag})")
+    return path
+
+
+def first_sentence_object(context: str) -> str:
+    """The baseline answer: the context's first sentence without its first word and final full stop."""
+    sentence = context.split(". ", 1)[0].rstrip(".")
+    return sentence.split(" ", 1)[1] if " " in sentence else sentence
+
+
+# --- encoding ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Inputs:
+    """A task's training rows (one per window or per question) and its dev questions' inputs."""
+
+    train: list[Any]
+    dev: list[Any]  # per dev question: its windows (spans) or its encoded options (choices)
+
+
+def _encode(task: ReadingTask, encoder: Encoder, config: Any) -> _Inputs:
+    if task.head == "choice":
+        return _Inputs([_options(q, encoder) for q in task.train], [_options(q, encoder) for q in task.dev])
+    train = [_windows(q, encoder, config) for q in task.train]
+    return _Inputs(train, [_windows(q, encoder, config) for q in task.dev])
+
+
+def _windows(question: SquadQuestion, encoder: Encoder, config: Any) -> list[Window]:
+    # Training takes the first answer, as the reference; an impossible question points every window at [CLS].
+    answers = [(a.start, a.start + len(a.text)) for a in question.answers[:1]]
+    return make_windows(
+        encoder, question.question, question.context, answers, config.max_seq_length, config.doc_stride,
+        config.max_query_length, question.id,
+    )  # fmt: skip
+
+
+def _options(question: RaceQuestion, encoder: Encoder) -> tuple[list[tuple[list[int], list[int]]], int]:
+    filled = [
+        question.question.replace("_", option) if "_" in question.question else f"{question.question} {option}"
+        for option in question.options
+    ]
+    return [encoder(question.article, text) for text in filled], question.label
+
+
+def _collate(rows: Sequence[tuple[list[list[int]], list[list[int]], dict[str, int]]]) -> dict[str, torch.Tensor]:
+    """Pads rows of one or several sequences each ([B, T] or [B, options, T]) to a multiple of 8."""
+    length = -(-max(len(ids) for seqs, _, _ in rows for ids in seqs) // 8) * 8
+    count = len(rows[0][0])
+    batch = {name: torch.zeros(len(rows), count, length, dtype=torch.long) for name in ("input_ids", "token_type_ids")}
+    batch["attention_mask"] = torch.zeros(len(rows), count, length, dtype=torch.long)
+    for i, (seqs, types, _) in enumerate(rows):
+        for j, (ids, kinds) in enumerate(zip(seqs, types, strict=True)):
+            batch["input_ids"][i, j, : len(ids)] = torch.tensor(ids)
+            batch["token_type_ids"][i, j, : len(ids)] = torch.tensor(kinds)
+            batch["attention_mask"][i, j, : len(ids)] = 1
+    if count == 1:  # spans: one sequence per row
+        batch = {name: value[:, 0] for name, value in batch.items()}
+    for name in rows[0][2]:
+        batch[name] = torch.tensor([labels[name] for _, _, labels in rows])
+    return batch
+
+
+def _rows(task: ReadingTask, inputs: list[Any]) -> list[tuple[list[list[int]], list[list[int]], dict[str, int]]]:
+    """Model rows: a window (with its gold positions) per row for spans, a question's options per row for RACE."""
+    if task.head == "choice":
+        return [([ids for ids, _ in options], [t for _, t in options], {"labels": label}) for options, label in inputs]
+    return [
+        ([w.input_ids], [w.token_type_ids], {"start_positions": w.start_position, "end_positions": w.end_position})
+        for windows in inputs
+        for w in windows
+    ]
+
+
+def _loader(rows: list, batch_size: int, shuffle: bool, seed: int) -> DataLoader:
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(rows, batch_size=batch_size, shuffle=shuffle, generator=generator, collate_fn=_collate)
+
+
+# --- fine-tuning and scoring -------------------------------------------------------------------------------------
+
+
+def _finetune(
+    network: AlbertForPreTraining, task: ReadingTask, rows: list, steps: int, seed: int, config: Any
+) -> tuple[Any, AlbertFineTuning]:
+    """Fine-tunes a copy of ``network`` on ``rows``; ``seed`` fixes the head's init, dropout and order."""
+    import lightning as L
+
+    torch.set_flush_denormal(True)  # see evaluate.finetune: subnormal floats are many times slower on x86
+    L.seed_everything(seed, verbose=False)
+    module = AlbertFineTuning(network, head=task.head, lr=config.lr, total_steps=steps)
+    trainer = finetune_trainer(config.devices, steps)
+    trainer.fit(module, train_dataloaders=_loader(rows, config.batch_size, shuffle=True, seed=seed))
+    return trainer, module
+
+
+def _predict(trainer: Any, module: AlbertFineTuning, task: ReadingTask, dev: list, config: Any) -> dict[str, Any]:
+    """Each dev question's prediction: a decoded ``spans.Prediction``, or the option scores of a RACE question."""
+    loader = _loader(_rows(task, dev), config.batch_size, shuffle=False, seed=0)
+    logits = [row for batch in trainer.predict(module, loader) for row in batch.float().numpy()]
+    if task.head == "choice":
+        return {q.id: scores for q, scores in zip(task.dev, logits, strict=True)}
+    predictions, at = {}, 0
+    for question, windows in zip(task.dev, dev, strict=True):
+        rows = logits[at : at + len(windows)]  # [2, T] per window, padded to its batch's length
+        at += len(windows)
+        predictions[question.id] = decode(
+            windows, [r[0] for r in rows], [r[1] for r in rows], question.context, config.n_best_size,
+            config.max_answer_length,
+        )  # fmt: skip
+    return predictions
+
+
+def _span_scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """The official scores of one run, and per question its exact match and F1 (after the best-F1 no-answer
+    threshold for SQuAD 2.0), for the bootstrap."""
+    golds = {q.id: [a.text for a in q.answers] for q in task.dev}
+    texts = {qid: p.text for qid, p in predictions.items()}
+    if task.version != "2.0":
+        scores = squad_scores(golds, texts)
+        exact, f1 = raw_scores(golds, texts)
+    else:
+        # The no-answer score is null_score_diff (higher: more likely no answer), as the reference's null odds.
+        null = {qid: p.null_score_diff for qid, p in predictions.items()}
+        scores = squad_scores(golds, texts, null)
+        exact, f1 = raw_scores(golds, texts)
+        has_answer = {qid: bool(answers) for qid, answers in golds.items()}
+        exact = apply_no_ans_threshold(exact, null, has_answer, scores["best_exact_thresh"])
+        f1 = apply_no_ans_threshold(f1, null, has_answer, scores["best_f1_thresh"])
+    ids = [q.id for q in task.dev]
+    per_question = {"exact": np.array([exact[i] for i in ids]), "f1": np.array([f1[i] for i in ids])}
+    if task.version == "2.0":
+        per_question = {"best_exact": per_question["exact"], "best_f1": per_question["f1"]}
+    return scores, per_question
+
+
+def _choice_scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    chosen = {qid: int(np.argmax(scores)) for qid, scores in predictions.items()}
+    golds = {q.id: (q.label, q.level) for q in task.dev}
+    correct = np.array([chosen[q.id] == q.label for q in task.dev], dtype=np.float64)
+    return race_accuracy(chosen, golds), {"accuracy": correct}
+
+
+def _scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    return (_choice_scores if task.head == "choice" else _span_scores)(task, predictions)
+
+
+def baseline(task: ReadingTask) -> dict[str, float]:
+    """The model-free baseline's dev scores: the first sentence's object, or RACE's most frequent answer."""
+    if task.head == "choice":
+        letters = np.bincount([q.label for q in task.train], minlength=4)
+        guess = int(np.argmax(letters))
+        return race_accuracy({q.id: guess for q in task.dev}, {q.id: (q.label, q.level) for q in task.dev})
+    golds = {q.id: [a.text for a in q.answers] for q in task.dev}
+    scores = squad_scores(golds, {q.id: first_sentence_object(q.context) for q in task.dev})
+    if task.version == "2.0":  # it never abstains: its best-threshold scores are its scores
+        scores |= {"best_exact": scores["exact"], "best_f1": scores["f1"]}
+    return scores
+
+
+# --- one task ----------------------------------------------------------------------------------------------------
+
+
+def _summary(
+    runs: dict[str, list[dict[str, float]]], questions: dict[str, list[np.ndarray]], task: ReadingTask, config: Any
+) -> dict[str, Any]:
+    """Per start the median over seeds of every score, the per-seed primary scores, and the median gain of the
+    primary score with its 95% interval, resampling seeds and dev questions (paired)."""
+    summary: dict[str, Any] = {"seeds": {}}
+    for start, scores in runs.items():
+        summary[start] = {m: _round(np.median([s[m] for s in scores])) for m in scores[0] if not m.endswith("total")}
+        summary["seeds"][start] = [_round(s[task.primary]) for s in scores]
+    if all(start in questions for start in STARTS):
+        pretrained, random_init = (np.stack(questions[start]) for start in STARTS)
+        gain = median_gain_interval(
+            pretrained, random_init, np.zeros(pretrained.shape[1]), lambda p, r: float(np.mean(p)),
+            config.bootstrap_resamples, config.seed,
+        )  # fmt: skip
+        summary["gain"] = {"median": _round(gain.median), "low": _round(gain.low), "high": _round(gain.high)}
+    return summary
+
+
+def _size(
+    task: ReadingTask,
+    inputs: _Inputs,
+    size: int,
+    pretrained: AlbertForPreTraining,
+    encoder: Encoder,
+    config: Any,
+    audit: bool,
+) -> dict[str, Any]:
+    """Fine-tunes every (seed, start) on ``size`` training questions; returns the size's summary. With ``audit``,
+    the pretrained start's first seed writes its predictions and network (``_write_audit``)."""
+    seeds = finetuning_seeds(config.seed, config.seeds)
+    runs: dict[str, list] = {}
+    questions: dict[str, list] = {}
+    steps = 0
+    for seed in seeds:
+        # The same subset and order for both starts: the gain is a paired comparison.
+        subset = [inputs.train[i] for i in train_subset(len(inputs.train), seed, task.name, size)]
+        rows = _rows(task, subset)
+        steps = finetuning_steps(len(rows), config.epochs, config.batch_size, config.min_steps, config.max_steps)
+        for start, network in starts(pretrained, seed, config.random_baseline):
+            trainer, module = _finetune(network, task, rows, steps, seed, config)
+            predictions = _predict(trainer, module, task, inputs.dev, config)
+            scores, per_question = _scores(task, predictions)
+            runs.setdefault(start, []).append(scores)
+            questions.setdefault(start, []).append(per_question[task.primary])
+            if audit and seed == seeds[0] and start == "pretrained":
+                _write_audit(task, predictions, module, encoder, config)
+    return {"train_examples": size, "steps": steps, **_summary(runs, questions, task, config)}
+
+
+def _write_audit(
+    task: ReadingTask, predictions: dict[str, Any], module: AlbertFineTuning, encoder: Encoder, config: Any
+) -> None:
+    """Writes the audited run's dev predictions and its fine-tuned network as a Hugging Face folder."""
+    path = Path(config.output) / "predictions" / task.name / "dev.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for question in task.dev:
+        prediction = predictions[question.id]
+        if task.head == "choice":
+            row = {"id": question.id, "label": question.label, "prediction": int(np.argmax(prediction))}
+        else:
+            row = {"id": question.id, "answers": [a.text for a in question.answers], "prediction": prediction.text,
+                   "null_score_diff": _round(prediction.null_score_diff)}  # fmt: skip
+        lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text("".join(lines), encoding="utf-8")
+    tmp.replace(path)
+    network = module.network
+    export_hf(network, network.albert.config, Path(config.output) / "finetuned" / task.name, config.spiece,
+              encoder.normalize)  # fmt: skip
+
+
+def evaluate_reading_task(
+    task: ReadingTask, config: Any, pretrained: AlbertForPreTraining, encoder: Encoder
+) -> dict[str, Any]:
+    """Returns a reading task's report entry (the shape of ``evaluate.evaluate_task``'s: per dev split the
+    baseline and per training-set size the fine-tuned scores), writing the audited run's files."""
+    inputs = _encode(task, encoder, config)
+    sizes = train_sizes(config.train_sizes, len(inputs.train))
+    split = {"examples": len(task.dev), "majority": baseline(task), "baseline": _baseline_name(task), "sizes": {}}
+    for size in sizes:
+        split["sizes"][str(size)] = _size(task, inputs, size, pretrained, encoder, config, audit=size == sizes[-1])
+    return {"task": task.name, "primary": task.primary, "kind": task.head, "train_examples": len(task.train),
+            "splits": {"dev": split}}  # fmt: skip
+
+
+def _baseline_name(task: ReadingTask) -> str:
+    return "most frequent answer" if task.head == "choice" else "first sentence's object"
