@@ -124,7 +124,7 @@ def build_copies(sentences: Path, corpus_stats: Path, output: Path, copies: int 
     The file count follows the corpus stage's rule (``files_for_bytes`` of the text bytes) and each document goes
     to ``file_index`` of its new id, so the instances stage sees what segment would have written. Returns n.
     """
-    if (output / "stats.json").exists():
+    if (output / "stats.json").exists() and "normalizer" in json.loads((output / "stats.json").read_text()):
         return json.loads((output / "stats.json").read_text())["files"]
     text_bytes = json.loads(corpus_stats.read_text())["counters"]["document_bytes"]
     num_files = files_for_bytes(copies * text_bytes)
@@ -137,7 +137,10 @@ def build_copies(sentences: Path, corpus_stats: Path, output: Path, copies: int 
     for index in range(num_files):
         table = table_from_rows(buckets[index], SENTENCES_SCHEMA)
         files.write_parquet_atomically(str(output / file_name("sentences", index, num_files)), table)
-    files.write_json_atomically(str(output / "stats.json"), {"files": num_files, "copies": copies})
+    # The segment stage's normaliser: the instances stage records it in the manifest (and refuses a folder without).
+    normalizer = json.loads((sentences / "stats.json").read_text())["normalizer"]
+    stats = {"files": num_files, "copies": copies, "normalizer": normalizer}
+    files.write_json_atomically(str(output / "stats.json"), stats)
     return num_files
 
 

@@ -96,3 +96,17 @@ def test_write_results_records_the_machine_and_what_each_ratio_divides(tmp_path)
     ]
     md = md_path.read_text()
     assert "encode_cost" in md and "3e+06 / 4e+06" in md and body["commit"][:12] in md
+
+
+def test_the_pipeline_benchs_larger_copy_is_a_segment_folder_the_instances_stage_accepts(pipeline_run, tmp_path):
+    from pipeline import build_copies
+
+    from pipelines.shards import Manifest
+    from tests.conftest import PipelineRun, run_instances
+
+    copies = tmp_path / "sentences-2x"
+    build_copies(pipeline_run.sentences, pipeline_run.corpus / "stats.json", copies, copies=2)
+    run_instances(PipelineRun(pipeline_run.corpus, copies, pipeline_run.vocab, pipeline_run.shards), tmp_path / "o")
+    doubled, single = Manifest.read(tmp_path / "o"), Manifest.read(pipeline_run.shards)
+    assert doubled.normalizer == single.normalizer
+    assert doubled.counters["documents"] == 2 * single.counters["documents"]
