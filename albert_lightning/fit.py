@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
@@ -151,8 +153,30 @@ def cli_main(args: list[str] | None = None) -> AlbertCLI:
             args=args,
         )
         claim_checkpoint_folders(cli.trainer, cli.config["ckpt_path"], cli.config["overwrite"])
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config["ckpt_path"])
+        with _naming_a_lost_peer(cli.trainer):
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config["ckpt_path"])
     return cli
+
+
+# What gloo and NCCL say when a peer rank died (its sockets closed) or stopped answering (the strategy's timeout).
+_PEER_LOST = re.compile(r"closed by peer|Connection reset|timed? ?out|timeout", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _naming_a_lost_peer(trainer: L.Trainer) -> Iterator[None]:
+    # A lost node surfaces as a bare backend error inside some collective; say what it means and how to go on.
+    try:
+        yield
+    except RuntimeError as err:
+        if trainer.world_size == 1 or not _PEER_LOST.search(str(err)):
+            raise
+        timeout_s = getattr(trainer.strategy, "timeout_s", None)
+        within = f" within --trainer.strategy.init_args.timeout_s ({timeout_s:g} s)" if timeout_s else ""
+        resume = [os.path.join(f, "last.ckpt") for f in checkpoint_folders(trainer)]
+        raise RuntimeError(
+            f"rank {trainer.global_rank}: another rank closed its connection or did not answer{within}, so a node "
+            f"died or hangs ({err}); restart every node with --ckpt_path {' or '.join(resume) or 'last'}"
+        ) from err
 
 
 def _command(argv: list[str]) -> None:

@@ -14,6 +14,7 @@ The model file knows nothing of this (torchtitan's split of model and paralleliz
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -95,15 +96,25 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     Args:
         save_distributed_checkpoint: write one file per rank instead of a full state dict on rank 0.
+        timeout_s: seconds a collective waits for the other ranks before the run fails. A node that dies
+            mid-step leaves the others blocked in a collective; this bounds the wait, after which the run ends
+            with an error naming the timeout and can be resumed from its last checkpoint.
     """
 
-    def __init__(self, save_distributed_checkpoint: bool = False, process_group_backend: str | None = None) -> None:
+    def __init__(
+        self,
+        save_distributed_checkpoint: bool = False,
+        process_group_backend: str | None = None,
+        timeout_s: float = 1800.0,
+    ) -> None:
         super().__init__(
             data_parallel_size="auto",
             tensor_parallel_size=1,
             save_distributed_checkpoint=save_distributed_checkpoint,
             process_group_backend=process_group_backend,
+            timeout=timedelta(seconds=timeout_s),
         )
+        self.timeout_s = timeout_s
 
     def setup_environment(self) -> None:
         # ModelParallelStrategy resolves "auto" to the number of nodes; here every process is data parallel.
