@@ -22,17 +22,22 @@ from typing import Any
 
 import numpy as np
 
-from albert_lightning.bootstrap import median_gain_interval
+from albert_lightning.bootstrap import GainInterval, median_gain_interval
 from albert_lightning.metrics import compute_metrics
 from albert_lightning.task_files import TaskSpec
 
 __all__ = [
+    "STARTS",
     "DevPredictions",
     "SplitPredictions",
     "curve_rows",
     "markdown_table",
     "read_predictions",
+    "round_score",
+    "rounded_gain",
     "summarise",
+    "text_writer",
+    "write_all_atomically",
     "write_predictions",
     "write_report",
     "write_submission",
@@ -43,11 +48,17 @@ DIGITS = 4
 PREDICTION_DIGITS = 6  # regression predictions: far below any score's 4th decimal, and short lines
 
 
-def _round(value: float) -> float:
+def round_score(value: float) -> float:
+    """A score as reports print it: DIGITS decimals, never -0.0."""
     return round(float(value), DIGITS) + 0.0  # + 0.0: -0.0 would print as "-0.0"
 
 
-def _write_all(writers: dict[Path, Callable[[Path], None]]) -> None:
+def rounded_gain(gain: GainInterval) -> dict[str, float]:
+    """A ``bootstrap.median_gain_interval`` result as the report holds it."""
+    return {"median": round_score(gain.median), "low": round_score(gain.low), "high": round_score(gain.high)}
+
+
+def write_all_atomically(writers: dict[Path, Callable[[Path], None]]) -> None:
     """Has each writer write its file under a temporary name beside it, then renames them all into place.
 
     A reader never sees half a file, and a failure before the renames (a report that cannot be drawn, a full
@@ -65,7 +76,8 @@ def _write_all(writers: dict[Path, Callable[[Path], None]]) -> None:
             temp.unlink(missing_ok=True)
 
 
-def _text(text: str) -> Callable[[Path], None]:
+def text_writer(text: str) -> Callable[[Path], None]:
+    """A writer for ``write_all_atomically`` of ``text``, UTF-8."""
     # newline="": the text is written as built (the csv module's own \r\n line ends stay as they were)
     return lambda path: path.write_text(text, encoding="utf-8", newline="")
 
@@ -98,14 +110,14 @@ def summarise(
     summary: dict[str, Any] = {"train_examples": train_examples, "steps": steps, "seeds": {}}
     for start, rows in predictions.items():
         scores = [compute_metrics(spec, row, references) for row in rows]
-        summary[start] = {m: _round(np.median([s[m] for s in scores])) for m in spec.metrics}
-        summary["seeds"][start] = [_round(s[spec.primary]) for s in scores]
+        summary[start] = {m: round_score(np.median([s[m] for s in scores])) for m in spec.metrics}
+        summary["seeds"][start] = [round_score(s[spec.primary]) for s in scores]
     if all(start in predictions for start in STARTS):
         # Accuracy is a per-example mean, which the bootstrap computes vectorised; other metrics are recomputed.
         metric = None if spec.primary == "accuracy" else lambda p, r: compute_metrics(spec, p, r)[spec.primary]
         arrays = [np.asarray(predictions[start]) for start in STARTS]
         gain = median_gain_interval(*arrays, np.asarray(references), metric, resamples, seed)
-        summary["gain"] = {"median": _round(gain.median), "low": _round(gain.low), "high": _round(gain.high)}
+        summary["gain"] = rounded_gain(gain)
     return summary
 
 
@@ -169,7 +181,7 @@ def write_predictions(
                 size: [_value(spec, row[i]) for row in by_start[start]] for size, by_start in predictions.items()
             }
         lines.append(json.dumps(line) + "\n")
-    _write_all({Path(path): _text("".join(lines))})
+    write_all_atomically({Path(path): text_writer("".join(lines))})
 
 
 def write_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Sequence) -> None:
@@ -177,7 +189,7 @@ def write_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Se
     file's own, or its position without one) and its label string (a float for STS-B)."""
     rows = [f"{i if example_id is None else example_id}\t{_value(spec, v)}" for i, (example_id, v) in
             enumerate(zip(ids, values, strict=True))]  # fmt: skip
-    _write_all({Path(path): _text("\n".join(["index\tprediction", *rows]) + "\n")})
+    write_all_atomically({Path(path): text_writer("\n".join(["index\tprediction", *rows]) + "\n")})
 
 
 def read_predictions(path: str | Path) -> DevPredictions:
@@ -247,7 +259,7 @@ def curve_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         for size in scores["sizes"].values():
             row = {"task": name if split == "dev" else f"{name} {split}", "train_examples": size["train_examples"]}
             row.update({s: size[s][metric] if s in size else "" for s in STARTS})
-            rows.append({**row, "majority": _round(scores["majority"][metric])})
+            rows.append({**row, "majority": round_score(scores["majority"][metric])})
     return rows
 
 
@@ -289,10 +301,10 @@ def write_report(report: dict[str, Any], output: str) -> str:
     writer.writeheader()
     writer.writerows(curve_rows(report))
     folder = Path(output)
-    _write_all({
-        folder / "metrics.json": _text(json.dumps(report, indent=2, sort_keys=True) + "\n"),
-        folder / "report.md": _text(table),
-        folder / "learning_curve.csv": _text(curve.getvalue()),
+    write_all_atomically({
+        folder / "metrics.json": text_writer(json.dumps(report, indent=2, sort_keys=True) + "\n"),
+        folder / "report.md": text_writer(table),
+        folder / "learning_curve.csv": text_writer(curve.getvalue()),
         folder / "learning_curve.png": lambda path: _plot(report, path),
     })  # fmt: skip
     return table

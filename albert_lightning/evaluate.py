@@ -33,9 +33,9 @@ from albert_lightning.eval_report import SplitPredictions, summarise, write_pred
 from albert_lightning.finetuning import (
     AlbertFineTuning,
     Encoder,
-    finetune_trainer,
     load_pretrained,
     make_loader,
+    run_finetuning,
     starts,
 )
 from albert_lightning.metrics import majority_baseline
@@ -145,16 +145,11 @@ def finetune(
 
     ``network`` itself is left untouched, so one loaded checkpoint serves every run.
     """
-    # Adam's second moments and some activations underflow into subnormal floats, which x86 CPUs compute many
-    # times slower: 30 steps of the small preset on one thread took 2.5 s a step with them, 1.25 s flushed.
-    torch.set_flush_denormal(True)
-    L.seed_everything(seed, verbose=False)  # before the classifier is drawn: its init and dropout follow the seed
     regression = spec.kind == "regression"
-    loader = make_loader(train, config.batch_size, regression, shuffle=True, seed=seed)
-    module = _ScoredFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps)
-    trainer = finetune_trainer(config.devices, steps)
-    trainer.fit(module, train_dataloaders=loader)
-    return trainer, module
+    return run_finetuning(
+        lambda: _ScoredFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps),
+        make_loader(train, config.batch_size, regression, shuffle=True, seed=seed), steps, seed, config.devices,
+    )  # fmt: skip
 
 
 def predict(

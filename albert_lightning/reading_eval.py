@@ -31,8 +31,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from albert_lightning.bootstrap import median_gain_interval
-from albert_lightning.eval_report import STARTS, _round
-from albert_lightning.finetuning import AlbertFineTuning, Encoder, finetune_trainer, starts
+from albert_lightning.eval_report import STARTS, round_score, rounded_gain, text_writer, write_all_atomically
+from albert_lightning.finetuning import AlbertFineTuning, Encoder, run_finetuning, starts
 from albert_lightning.hf import export_hf
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.reading_files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
@@ -173,14 +173,10 @@ def _finetune(
     network: AlbertForPreTraining, task: ReadingTask, rows: list, steps: int, seed: int, config: Any
 ) -> tuple[Any, AlbertFineTuning]:
     """Fine-tunes a copy of ``network`` on ``rows``; ``seed`` fixes the head's init, dropout and order."""
-    import lightning as L
-
-    torch.set_flush_denormal(True)  # see evaluate.finetune: subnormal floats are many times slower on x86
-    L.seed_everything(seed, verbose=False)
-    module = AlbertFineTuning(network, head=task.head, lr=config.lr, total_steps=steps)
-    trainer = finetune_trainer(config.devices, steps)
-    trainer.fit(module, train_dataloaders=_loader(rows, config.batch_size, shuffle=True, seed=seed))
-    return trainer, module
+    return run_finetuning(
+        lambda: AlbertFineTuning(network, head=task.head, lr=config.lr, total_steps=steps),
+        _loader(rows, config.batch_size, shuffle=True, seed=seed), steps, seed, config.devices,
+    )  # fmt: skip
 
 
 def _predict(trainer: Any, module: AlbertFineTuning, task: ReadingTask, dev: list, config: Any) -> dict[str, Any]:
@@ -205,14 +201,13 @@ def _span_scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[s
     threshold for SQuAD 2.0), for the bootstrap."""
     golds = {q.id: [a.text for a in q.answers] for q in task.dev}
     texts = {qid: p.text for qid, p in predictions.items()}
+    exact, f1 = raw = raw_scores(golds, texts)
     if task.version != "2.0":
-        scores = squad_scores(golds, texts)
-        exact, f1 = raw_scores(golds, texts)
+        scores = squad_scores(golds, texts, raw=raw)
     else:
         # The no-answer score is null_score_diff (higher: more likely no answer), as the reference's null odds.
         null = {qid: p.null_score_diff for qid, p in predictions.items()}
-        scores = squad_scores(golds, texts, null)
-        exact, f1 = raw_scores(golds, texts)
+        scores = squad_scores(golds, texts, null, raw=raw)
         has_answer = {qid: bool(answers) for qid, answers in golds.items()}
         exact = apply_no_ans_threshold(exact, null, has_answer, scores["best_exact_thresh"])
         f1 = apply_no_ans_threshold(f1, null, has_answer, scores["best_f1_thresh"])
@@ -257,15 +252,17 @@ def _summary(
     primary score with its 95% interval, resampling seeds and dev questions (paired)."""
     summary: dict[str, Any] = {"seeds": {}}
     for start, scores in runs.items():
-        summary[start] = {m: _round(np.median([s[m] for s in scores])) for m in scores[0] if not m.endswith("total")}
-        summary["seeds"][start] = [_round(s[task.primary]) for s in scores]
+        # Medians of the scores; counts (questions per part, missing predictions) are no score to take one of.
+        scored = [m for m in scores[0] if not m.endswith("total") and m != "missing"]
+        summary[start] = {m: round_score(np.median([s[m] for s in scores])) for m in scored}
+        summary["seeds"][start] = [round_score(s[task.primary]) for s in scores]
     if all(start in questions for start in STARTS):
         pretrained, random_init = (np.stack(questions[start]) for start in STARTS)
         gain = median_gain_interval(
             pretrained, random_init, np.zeros(pretrained.shape[1]), lambda p, r: float(np.mean(p)),
             config.bootstrap_resamples, config.seed,
         )  # fmt: skip
-        summary["gain"] = {"median": _round(gain.median), "low": _round(gain.low), "high": _round(gain.high)}
+        summary["gain"] = rounded_gain(gain)
     return summary
 
 
@@ -304,8 +301,6 @@ def _write_audit(
     task: ReadingTask, predictions: dict[str, Any], module: AlbertFineTuning, encoder: Encoder, config: Any
 ) -> None:
     """Writes the audited run's dev predictions and its fine-tuned network as a Hugging Face folder."""
-    path = Path(config.output) / "predictions" / task.name / "dev.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for question in task.dev:
         prediction = predictions[question.id]
@@ -313,11 +308,9 @@ def _write_audit(
             row = {"id": question.id, "label": question.label, "prediction": int(np.argmax(prediction))}
         else:
             row = {"id": question.id, "answers": [a.text for a in question.answers], "prediction": prediction.text,
-                   "null_score_diff": _round(prediction.null_score_diff)}  # fmt: skip
+                   "null_score_diff": round_score(prediction.null_score_diff)}  # fmt: skip
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    tmp.replace(path)
+    write_all_atomically({Path(config.output) / "predictions" / task.name / "dev.jsonl": text_writer("".join(lines))})
     network = module.network
     export_hf(network, network.albert.config, Path(config.output) / "finetuned" / task.name, config.spiece,
               encoder.normalize)  # fmt: skip

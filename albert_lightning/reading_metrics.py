@@ -211,6 +211,7 @@ def squad_scores(
     predictions: Mapping[str, str],
     no_answer_probs: Mapping[str, float] | None = None,
     threshold: float = 1.0,
+    raw: tuple[dict[str, float], dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """SQuAD 1.1/2.0 scores of ``predictions`` (question id → answer text) against ``golds`` (id → gold answers).
 
@@ -220,11 +221,12 @@ def squad_scores(
     predicted question) the scores after ``apply_no_ans_threshold`` at ``threshold`` (1.0, the official default)
     and ``best_exact``/``best_f1`` with their thresholds (``find_best_thresh`` on the raw scores). A question is
     answerable when its gold list is non-empty (official ``make_qid_to_has_ans``). Raises ValueError for an
-    empty dataset, an id not in ``golds``, or a predicted question without a probability.
+    empty dataset, an id not in ``golds``, or a predicted question without a probability. ``raw``: the
+    ``raw_scores`` of these predictions when the caller has them already.
     """
     if not golds:
         raise ValueError("no gold questions to score")
-    exact_raw, f1_raw = raw_scores(golds, predictions)
+    exact_raw, f1_raw = raw if raw is not None else raw_scores(golds, predictions)
     has_answer = {qid: bool(answers) for qid, answers in golds.items()}
     exact, f1 = exact_raw, f1_raw
     if no_answer_probs is not None:
