@@ -6,7 +6,8 @@
 - ``EpochBatchSampler`` draws one permutation per (seed, epoch), the same on every rank; global batch g is
   ``perm[g·W·B : (g+1)·W·B]`` and rank r takes the r-th block of B, so any world size sees the same global
   batches. Its state (epoch, batches done, seed, world size) makes mid-epoch resumption exact.
-- ``ShardDataModule`` ties them together for Lightning and checkpoints the loader position.
+- ``ShardDataModule`` ties them together for Lightning and checkpoints the loader position. A remote
+  ``data_dir`` (s3://...) is read from a local copy that ``shard_cache`` downloads once and checks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from albert_lightning.shard_cache import is_remote, local_folder
 from pipelines.masking import TokenClasses, mask_batch
 from pipelines.seeding import mix_keys, stable_hash64
 from pipelines.shards import SPIECE, Manifest, open_shard
@@ -260,11 +262,13 @@ class ShardDataModule(L.LightningDataModule):
     """The pretraining shards for Lightning, with the loader position saved in every checkpoint.
 
     Args:
-        data_dir: the instances stage's output folder (holds manifest.json).
+        data_dir: the instances stage's output folder (holds manifest.json); a URL (s3://bucket/shards) is
+            downloaded once into ``cache_dir`` and read from there.
         batch_size: sequences per device per micro-batch (global batch = batch_size × devices × accumulation).
         masking: "static" uses the masks stored in the shards (the paper); "dynamic" draws new ones per epoch.
         seed: seeds the per-epoch permutation and dynamic masks.
         num_workers: DataLoader worker processes per rank.
+        cache_dir: where a remote ``data_dir``'s files are kept; None is ``~/.cache/albert-lightning/shards``.
     """
 
     def __init__(
@@ -274,14 +278,17 @@ class ShardDataModule(L.LightningDataModule):
         masking: str = "static",
         seed: int = 12345,
         num_workers: int = 1,
+        cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.data_dir, self.batch_size, self.masking = data_dir, batch_size, masking
         self.seed, self.num_workers = seed, num_workers
-        # Every byte is checked once per process, before training: a truncated or replaced shard fails here, named;
-        # the datasets made for each epoch's loaders then skip the check.
-        self.manifest = ShardDataset(data_dir, "train").manifest
+        self.folder = local_folder(data_dir, cache_dir)  # data_dir itself when local
+        # Every byte is checked once per process, before training: a truncated or replaced shard fails here, named
+        # (a remote folder's files by the cache, which fetches a bad copy again); the datasets made for each
+        # epoch's loaders then skip the check.
+        self.manifest = ShardDataset(self.folder, "train", verify=not is_remote(data_dir)).manifest
         if not any(s.rows for s in self.manifest.split("train")):
             raise ValueError(f"{data_dir}: the manifest lists no training rows; is the corpus large enough?")
         self._train_sampler: EpochBatchSampler | None = None
@@ -310,7 +317,7 @@ class ShardDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        dataset = ShardDataset(self.data_dir, "train", self.masking, self.seed, verify=False)
+        dataset = ShardDataset(self.folder, "train", self.masking, self.seed, verify=False)
         rank, world = self._rank_world()
         self._train_sampler = EpochBatchSampler(len(dataset), self.batch_size, rank, world, self.seed)
         if self._resume is not None:
@@ -319,7 +326,7 @@ class ShardDataModule(L.LightningDataModule):
         return self._loader(dataset, self._train_sampler)
 
     def val_dataloader(self) -> DataLoader:
-        dataset = ShardDataset(self.data_dir, "validation", "static", self.seed, verify=False)
+        dataset = ShardDataset(self.folder, "validation", "static", self.seed, verify=False)
         rank, world = self._rank_world()
         sampler = EpochBatchSampler(len(dataset), self.batch_size, rank, world, shuffle=False, drop_last=False)
         return self._loader(dataset, sampler)

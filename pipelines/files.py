@@ -2,6 +2,13 @@
 
 A reader never sees a half-written file under its final name: bytes go to a temporary name in the same
 directory and are renamed once complete. Stages that write several files write their index (manifest) last.
+On S3, which has no rename, Beam's rename is a server-side copy then a delete. The contract holds there too:
+S3 shows an object, uploaded (a multipart upload) or copied, only once it is complete; a crash may leave a
+``.tmp-*`` object behind, which the stage's next run deletes.
+
+Object-store settings (``--s3_endpoint_url``, ``--s3_access_key_id``, ...) are Beam's pipeline options: the
+pipeline hands them to its workers, and ``use_options`` gives the same ones to the launching process's calls.
+Unset ones fall back to boto3's own configuration (``AWS_ENDPOINT_URL_S3``, ``~/.aws``, instance roles).
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import posixpath
 import uuid
 from collections.abc import Iterable
@@ -18,20 +26,42 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
 __all__ = [
     "delete_if_exists",
     "delete_matching",
+    "download",
+    "ensure_options",
     "exists",
     "join",
     "match_paths",
     "read_bytes",
     "read_parquet",
     "sha256_hex",
+    "use_options",
     "write_bytes_atomically",
     "write_json_atomically",
     "write_parquet_atomically",
 ]
+
+
+def use_options(options: PipelineOptions) -> None:
+    """Makes this process's file calls use ``options``' file-system settings (an S3 endpoint, credentials, ...).
+
+    Beam hands the options to its workers itself, and ``beam.Pipeline(options)`` sets them for the launching
+    process only from its construction on; a stage calls this first, so that clearing its output folder before
+    the pipeline exists reaches the same bucket.
+    """
+    FileSystems.set_options(options)
+
+
+def ensure_options() -> None:
+    """Gives this process empty file-system options unless it has some: Beam's S3 and GCS clients refuse to
+    start without options, and a process that builds no pipeline (training) has none. Empty ones leave every
+    setting to the client's own configuration (``AWS_ENDPOINT_URL_S3``, ``~/.aws``, ...)."""
+    if FileSystems._pipeline_options is None:
+        use_options(PipelineOptions([]))
 
 
 def join(base: str, *names: str) -> str:
@@ -63,6 +93,19 @@ def read_bytes(path: str, compressed: bool = False) -> bytes:
     compression = CompressionTypes.AUTO if compressed else CompressionTypes.UNCOMPRESSED
     with FileSystems.open(path, compression_type=compression) as f:
         return f.read()
+
+
+def download(path: str, local_path: str | os.PathLike, chunk_bytes: int = 8 << 20) -> str:
+    """Copies ``path`` (any file system) to the local ``local_path`` in chunks; returns the bytes' sha256.
+
+    Not atomic: the caller downloads to a temporary name and renames once the hash is checked.
+    """
+    digest = hashlib.sha256()
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as source, open(local_path, "wb") as f:
+        while chunk := source.read(chunk_bytes):
+            digest.update(chunk)
+            f.write(chunk)
+    return digest.hexdigest()
 
 
 def write_bytes_atomically(path: str, data: bytes) -> None:

@@ -157,6 +157,11 @@ def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str:
     return "; ".join(parts) or "column order or nullability differs"
 
 
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 @dataclass(frozen=True)
 class Manifest:
     """The index of a shard folder: what each file holds, its hash, and what produced it.
@@ -212,26 +217,38 @@ class Manifest:
         return cls(**(body | nested))
 
     @classmethod
-    def read(cls, folder: str | os.PathLike, verify: bool = False) -> Manifest:
+    def read(
+        cls,
+        folder: str | os.PathLike,
+        verify: bool = False,
+        read_bytes: Callable[[str], bytes] = _read_local,
+        join: Callable[..., str] = os.path.join,
+    ) -> Manifest:
         """Reads a folder's manifest; with ``verify``, checks every shard's size and sha256 against it.
+
+        ``read_bytes`` and ``join`` are the file system's, local by default (as ``ShardWriter`` is handed its
+        ``write``): a remote folder's manifest is read through them; ``verify`` checks local files only.
 
         Raises:
             FileNotFoundError: no manifest (the stage did not finish) or a listed shard is missing.
             ValueError: a manifest this version cannot read, or a shard that does not match its entry.
         """
-        path = os.path.join(folder, MANIFEST)
+        path = join(folder, MANIFEST)
         try:
-            with open(path, encoding="utf-8") as f:
-                manifest = cls.from_json(json.load(f))
+            manifest = cls.from_json(json.loads(read_bytes(path)))
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{path}: no shard manifest; run the instances stage to completion") from err
         except (ValueError, TypeError) as err:  # json's errors are ValueErrors too
             raise ValueError(f"{path}: not a readable shard manifest ({err}); rerun the instances stage") from err
         if verify:
-            files = [(s.file, s.bytes, s.sha256) for s in manifest.shards]
-            for name, size, sha256 in [*files, (SPIECE, None, manifest.spiece_sha256)]:
+            for name, size, sha256 in manifest.files():
                 _check_file(os.path.join(folder, name), size, sha256, path)
         return manifest
+
+    def files(self) -> list[tuple[str, int | None, str]]:
+        """Returns (name, size in bytes or None when not recorded, sha256) of every file the manifest lists:
+        the shards, then the vocabulary."""
+        return [*((s.file, s.bytes, s.sha256) for s in self.shards), (SPIECE, None, self.spiece_sha256)]
 
 
 @dataclass(frozen=True)

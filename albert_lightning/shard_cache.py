@@ -1,0 +1,134 @@
+"""A local copy of a remote shard folder (s3://, gs://, ...): each file downloaded once, checked, then reused.
+
+``local_folder(data_dir, cache_dir)`` returns a local ``data_dir`` unchanged. For a URL it reads the remote
+``manifest.json``, makes sure every file the manifest lists (shards and ``spiece.model``) is in the cache, and
+returns a local folder that ``ShardDataset`` reads like any shard folder:
+
+- ``{cache_dir}/blobs/{sha256}``: one file's bytes, named by the manifest's hash of them, so dataset versions
+  that share shards share their downloads.
+- ``{cache_dir}/folders/{sha256 of the manifest}/``: the manifest, and a symlink per listed file to its blob.
+
+A blob is used only once its size and sha256 match the manifest: a partial or corrupt one (a killed download, a
+disk error) is deleted and fetched again, and a file that still differs after a second download is an error
+naming the remote file. Every file goes in under a temporary name and is renamed into place, so processes that
+share the cache (the ranks of a node, or nodes on one shared disk) never read half a file, whichever of them
+writes it; on one machine a lock per blob also makes the other ranks wait for the first download instead of
+repeating it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pipelines.shards import MANIFEST, Manifest
+
+__all__ = ["default_cache_dir", "is_remote", "local_folder"]
+
+DOWNLOAD_ATTEMPTS = 2  # a second try covers a connection cut mid-file; a second mismatch is the remote's fault
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/albert-lightning/shards``, or ``~/.cache/albert-lightning/shards``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "albert-lightning" / "shards"
+
+
+def is_remote(data_dir: str | os.PathLike) -> bool:
+    """Whether ``data_dir`` is a URL (s3://bucket/shards) rather than a local folder."""
+    return "://" in os.fspath(data_dir)
+
+
+def local_folder(data_dir: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
+    """Returns a local shard folder with the contents of ``data_dir``: itself when local, else a checked copy.
+
+    Args:
+        data_dir: a shard folder (the instances stage's output), local or a URL Beam's file systems read.
+        cache_dir: where downloads are kept; None is ``default_cache_dir()``.
+
+    Raises:
+        FileNotFoundError: no manifest at ``data_dir``, or a file it lists is missing there.
+        ValueError: an unreadable manifest, or a remote file whose sha256 is not the manifest's.
+    """
+    if not is_remote(data_dir):
+        return os.fspath(data_dir)
+    # Beam's file systems, only for a remote folder: a local run never imports them.
+    from pipelines import files
+
+    files.ensure_options()
+    remote = os.fspath(data_dir).rstrip("/")
+    manifest = Manifest.read(remote, read_bytes=files.read_bytes, join=files.join)
+    text = manifest.to_bytes()  # byte for byte the manifest the instances stage wrote
+    cache = Path(cache_dir if cache_dir is not None else default_cache_dir()).absolute()  # symlink targets
+    folder = cache / "folders" / hashlib.sha256(text).hexdigest()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, size, sha256 in manifest.files():
+        blob = _fetched(files.download, files.join(remote, name), cache / "blobs", size, sha256)
+        with _renamed_into(folder / name) as tmp:
+            tmp.symlink_to(blob)
+    with _renamed_into(folder / MANIFEST) as tmp:  # last, as in the remote folder
+        tmp.write_bytes(text)
+    return os.fspath(folder)
+
+
+def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, size: int | None, sha256: str) -> Path:
+    """Returns the blob of ``remote``'s bytes, downloading it unless a complete, matching copy is there.
+
+    ``download(remote, local)`` copies the file and returns the sha256 of the bytes it wrote.
+    """
+    blob = blobs / sha256
+    with _locked(blobs / f"{sha256}.lock"):
+        if blob.exists() and _matches(blob, size, sha256):
+            return blob
+        blob.unlink(missing_ok=True)  # partial or corrupt: fetched again
+        for _ in range(DOWNLOAD_ATTEMPTS):
+            tmp = blobs / f".tmp-{uuid.uuid4().hex}-{sha256}"
+            try:
+                actual = download(remote, tmp)
+                if actual == sha256:
+                    tmp.replace(blob)
+                    return blob
+            except FileNotFoundError as err:
+                raise FileNotFoundError(f"{remote}: listed in its folder's {MANIFEST} but missing") from err
+            finally:
+                tmp.unlink(missing_ok=True)
+    raise ValueError(
+        f"{remote}: sha256 {actual} in {DOWNLOAD_ATTEMPTS} downloads, but {MANIFEST} says {sha256}: the file "
+        "changed after its manifest was written; rerun the instances stage"
+    )
+
+
+def _matches(path: Path, size: int | None, sha256: str) -> bool:
+    if size is not None and path.stat().st_size != size:
+        return False  # a partial download costs no hashing
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest() == sha256
+
+
+@contextlib.contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """Holds an exclusive lock on ``lock`` (released by the OS if this process dies). Only a courtesy: the
+    temporary-name-then-rename writes are what keep the cache consistent, locked or not (e.g. on a shared disk
+    whose locks do not reach other nodes)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _renamed_into(path: Path) -> Iterator[Path]:
+    """Yields a temporary sibling of ``path`` to create, renamed over ``path`` when the block succeeds."""
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
