@@ -3,33 +3,32 @@
 ``[CLS] A [SEP] B [SEP]``, token types 0 for ``[CLS] A [SEP]`` and 1 for ``B [SEP]``, then whole-word n-gram
 masks. The pairs of (seed, document id, duplicate index) come from that triple's generator and the masks of its
 k-th pair from a row key derived from the triple and k, so an instance can be rebuilt alone, on any worker, in
-any order, and a batch of instances is masked in one call.
+any order, and a batch of instances is paired and masked in one call each.
 """
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from pipelines.masking import MaskedBatch, MaskingConfig, TokenClasses, mask_batch
-from pipelines.seeding import mix_keys, rng_for, stable_hash64
-from pipelines.sop import PairConfig, document_pairs
+from pipelines.seeding import mix_keys, stable_hash64
+from pipelines.sop import INTER_SENTENCE_MODES, NSP, Documents, PairConfig, PairSpans, pair_spans
 from pipelines.vocab_layout import CLS_ID, SEP_ID
 
-__all__ = ["Instances", "Item", "build_instances", "document_instances"]
+__all__ = ["Instances", "Items", "build_instances", "document_instances"]
 
 
-class Item(NamedTuple):
-    """One duplicate of one document: the unit whose pairs one generator draws."""
+class Items(NamedTuple):
+    """Duplicates of documents, as columns: the units whose pairs one generator draws."""
 
-    segments: Sequence[Sequence[int]]  # the document's sentences as SentencePiece ids
-    document_id: str  # the stable id that seeds the generator
-    duplicate: int  # which of the dupe_factor passes this is (another seed, other pairs and masks)
-    random_document: Callable[[], Sequence[Sequence[int]]] | None = None  # another document, for nsp mode
+    document: np.ndarray  # int64: the document's index in the ``Documents`` built from
+    document_id: Sequence[str]  # the stable id that seeds the generator, one per item
+    duplicate: np.ndarray  # int64: which of the dupe_factor passes this is (another seed, other pairs and masks)
 
 
 @dataclass
@@ -38,7 +37,8 @@ class Instances:
 
     input_ids: np.ndarray  # masks applied
     offsets: np.ndarray  # [rows + 1]
-    num_a: np.ndarray  # tokens of [CLS] A [SEP]; the rest of the row has token type 1
+    token_type_ids: np.ndarray  # int8, laid out as input_ids: 0 for [CLS] A [SEP], 1 for B [SEP]
+    num_a: np.ndarray  # tokens of [CLS] A [SEP]
     masked: MaskedBatch  # predictions: positions, original tokens, and the span-length draws
     sentence_order_label: np.ndarray
     target_length: np.ndarray
@@ -48,12 +48,6 @@ class Instances:
     def __len__(self) -> int:
         return len(self.num_a)
 
-    @property
-    def token_type_ids(self) -> np.ndarray:
-        lengths = np.diff(self.offsets)
-        position = np.arange(len(self.input_ids)) - np.repeat(self.offsets[:-1], lengths)
-        return (position >= np.repeat(self.num_a, lengths)).astype(np.int8)
-
     def rows(self, column: np.ndarray, offsets: np.ndarray | None = None) -> list[list[int]]:
         """Returns a flat column as one list per row (for tests and small inspections)."""
         offsets = self.offsets if offsets is None else offsets
@@ -61,22 +55,24 @@ class Instances:
 
 
 def build_instances(
-    items: Sequence[Item], seed: int, pairs: PairConfig, masking: MaskingConfig, classes: TokenClasses
+    documents: Documents, items: Items, seed: int, pairs: PairConfig, masking: MaskingConfig, classes: TokenClasses
 ) -> Instances:
-    """Returns the instances of every item, in item order.
+    """Returns the instances of every item, ordered by their keys: the order a shard stores its rows in.
 
     Args:
+        documents: the documents the items point into (and ``nsp`` negatives come from).
         items: the (document, duplicate) units to build.
         seed: the run's seed.
         pairs: sequence length, short-target probability and inter-sentence mode.
         masking: the n-gram masking knobs.
         classes: the vocabulary's word-start facts.
     """
-    sequences = _pair_sequences(items, seed, pairs)
+    sequences = _pair_sequences(documents, items, seed, pairs)
     masked = mask_batch(sequences.tokens, sequences.offsets, sequences.keys, classes, masking)
     return Instances(
         input_ids=masked.input_ids,
         offsets=sequences.offsets,
+        token_type_ids=sequences.token_type_ids,
         num_a=sequences.num_a,
         masked=masked,
         sentence_order_label=sequences.labels,
@@ -91,6 +87,7 @@ class _Sequences(NamedTuple):
 
     tokens: np.ndarray
     offsets: np.ndarray
+    token_type_ids: np.ndarray
     num_a: np.ndarray
     labels: np.ndarray
     targets: np.ndarray
@@ -98,36 +95,58 @@ class _Sequences(NamedTuple):
     keys: np.ndarray
 
 
-def _pair_sequences(items: Sequence[Item], seed: int, pairs: PairConfig) -> _Sequences:
-    """Draws every item's sentence pairs from its own generator and lays them out as sequences."""
-    tokens, ends = array("q"), [0]
-    num_a, labels, targets, item_of, pair_of = [], [], [], [], []
-    item_keys = np.empty(len(items), dtype=np.uint64)
-    for i, item in enumerate(items):
-        rng = rng_for(seed, item.document_id, item.duplicate)
-        for k, pair in enumerate(document_pairs(item.segments, rng, pairs, item.random_document)):
-            tokens.append(CLS_ID)
-            tokens.extend(pair.tokens_a)
-            tokens.append(SEP_ID)
-            tokens.extend(pair.tokens_b)
-            tokens.append(SEP_ID)
-            ends.append(len(tokens))
-            num_a.append(len(pair.tokens_a) + 2)
-            labels.append(pair.label)
-            targets.append(pair.target_length)
-            item_of.append(i)
-            pair_of.append(k)
-        item_keys[i] = stable_hash64("masks", seed, item.document_id, item.duplicate)
-    item_index = np.array(item_of, dtype=np.int64)
-    return _Sequences(
-        tokens=np.frombuffer(tokens, dtype=np.int64),
-        offsets=np.array(ends, dtype=np.int64),
-        num_a=np.array(num_a, dtype=np.int64),
-        labels=np.array(labels, dtype=np.int8),
-        targets=np.array(targets, dtype=np.int64),
-        item=item_index,
-        keys=mix_keys(item_keys[item_index], np.array(pair_of, dtype=np.uint64)),
+def _seeds(purpose: str, seed: int, items: Items) -> np.ndarray:
+    """Returns ``stable_hash64(purpose, seed, document_id, duplicate)`` of every item, as uint64."""
+    triples = zip(items.document_id, items.duplicate.tolist(), strict=True)
+    return np.fromiter((stable_hash64(purpose, seed, d, k) for d, k in triples), np.uint64, len(items.duplicate))
+
+
+def _pair_sequences(documents: Documents, items: Items, seed: int, pairs: PairConfig) -> _Sequences:
+    """Draws every item's sentence pairs from its own generator and lays them out as sequences, in key order."""
+    nsp = pairs.inter_sentence == INTER_SENTENCE_MODES[NSP]
+    spans = pair_spans(
+        documents, items.document, _seeds("instances", seed, items), pairs, _seeds("nsp", seed, items) if nsp else None
     )
+    keys = mix_keys(_seeds("masks", seed, items)[spans.item], spans.index.astype(np.uint64))
+    # Laid out in key order, so that a shard built in one call is in its final order (a pair's key and masks do
+    # not depend on where it is laid out) and its table needs no sort, which costs more than this one.
+    order = np.argsort(keys, kind="stable")
+    spans = PairSpans(*(column[order] for column in spans))
+    offsets, num_a = _row_offsets(spans)
+    tokens, types = np.empty(offsets[-1], dtype=np.int64), np.empty(offsets[-1], dtype=np.int8)
+    _lay_out(documents.tokens, *spans[:4], offsets, tokens, types)
+    return _Sequences(
+        tokens=tokens,
+        offsets=offsets,
+        token_type_ids=types,
+        num_a=num_a,
+        labels=spans.label,
+        targets=spans.target_length,
+        item=spans.item,
+        keys=keys[order],
+    )
+
+
+def _row_offsets(spans: PairSpans) -> tuple[np.ndarray, np.ndarray]:
+    """Returns the rows' offsets ([rows + 1]) and tokens of ``[CLS] A [SEP]``."""
+    num_a = spans.first_hi - spans.first_lo + 2
+    offsets = np.zeros(len(num_a) + 1, dtype=np.int64)
+    np.cumsum(num_a + (spans.second_hi - spans.second_lo) + 1, out=offsets[1:])
+    return offsets, num_a
+
+
+@numba.njit(cache=True, nogil=True)
+def _lay_out(source, first_lo, first_hi, second_lo, second_hi, offsets, tokens, types):
+    """Writes row r as ``[CLS] source[first_lo:first_hi] [SEP] source[second_lo:second_hi] [SEP]`` and its
+    token types."""
+    for r in range(len(first_lo)):
+        start, split, end = offsets[r], offsets[r] + 2 + first_hi[r] - first_lo[r], offsets[r + 1]
+        tokens[start] = CLS_ID
+        tokens[start + 1 : split - 1] = source[first_lo[r] : first_hi[r]]
+        tokens[split - 1] = SEP_ID
+        tokens[split : end - 1] = source[second_lo[r] : second_hi[r]]
+        tokens[end - 1] = SEP_ID
+        types[start:split], types[split:end] = 0, 1
 
 
 def document_instances(
@@ -138,7 +157,7 @@ def document_instances(
     pairs: PairConfig,
     masking: MaskingConfig,
     classes: TokenClasses,
-    random_document: Callable[[], Sequence[Sequence[int]]] | None = None,
 ) -> Instances:
     """Returns the instances of one duplicate of one document (``build_instances`` of one item)."""
-    return build_instances([Item(segments, document_id, duplicate, random_document)], seed, pairs, masking, classes)
+    items = Items(np.zeros(1, np.int64), [document_id], np.array([duplicate], np.int64))
+    return build_instances(Documents.from_segments([segments]), items, seed, pairs, masking, classes)

@@ -6,12 +6,14 @@ import hashlib
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import sentencepiece as spm
 
 from pipelines.files import read_parquet
-from pipelines.instances import InstancesConfig
+from pipelines.instances import InstancesConfig, _encode_ids
 from pipelines.masked_pairs import document_instances
 from pipelines.masking import TokenClasses, is_cjk
 from pipelines.shards import MANIFEST, SPIECE, Manifest, open_shard, shard_schema
@@ -89,6 +91,17 @@ def test_rebuilding_a_document_gives_its_rows_and_span_lengths_follow_one_over_n
     total = sum(draws.values())
     for n, p in ((1, 6 / 11), (2, 3 / 11), (3, 2 / 11)):
         assert abs(draws[n] / total - p) < 0.02, (n, draws[n] / total)
+
+
+def test_the_stage_encodes_as_sp_encode_does(pipeline_run: PipelineRun, sp: spm.SentencePieceProcessor) -> None:
+    """The stage reads SentencePiece's int32 buffers through a private method (cheaper than its lists of ints):
+    they must be sp.encode's ids, empty and non-ASCII sentences included."""
+    sentences = read_parquet(str(next(pipeline_run.sentences.glob("sentences-*")))).column("sentences")
+    texts = [*pc.list_flatten(sentences).to_pylist(), "", " ", "中文 çà ⁇ \t x"]
+    tokens, lengths = _encode_ids(sp, texts)
+    expected = sp.encode(texts)
+    assert lengths.tolist() == [len(ids) for ids in expected]
+    assert tokens.dtype == np.int32 and tokens.tolist() == [t for ids in expected for t in ids]
 
 
 def test_sop_label_tells_the_order_of_a_and_b_in_the_source(
