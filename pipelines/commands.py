@@ -21,9 +21,10 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["VERBOSE_FLAG", "error_line", "main"]
+__all__ = ["VERBOSE_FLAG", "console", "error_line", "main"]
 
 VERBOSE_FLAG = "--verbose"
+_console: TextIO | None = None  # the terminal's stderr while ``main`` sends file descriptor 2 to the log
 # The last "SomeError: message" line of a worker's traceback text is the error that was raised first.
 _RAISED = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Exit|Interrupt)): (.+)$")
 _BEAM_STEP = re.compile(r" \[while running '[^']*'\]$")
@@ -55,6 +56,9 @@ def main(run: Callable[[list[str]], Any], name: str, beam: bool = False) -> None
     argv = [a for a in argv if a != VERBOSE_FLAG]
     if beam:
         logging.basicConfig(format=_LOG_FORMAT)
+        # A command is never an IPython session, but Beam finds that out by importing IPython where it is
+        # installed, 0.3 s of every stage's start-up (apache_beam/utils/interactive_utils.py): an ImportError says so.
+        sys.modules.setdefault("IPython", None)
     failure = None
     path = _log_path(name)
     with open(path, "w", encoding="utf-8") as log:
@@ -82,15 +86,25 @@ _OWN_WARNING = re.compile(r"^(?:WARNING|ERROR):(?:pipelines|albert_lightning)[\w
 @contextlib.contextmanager
 def _stderr_to(log: TextIO) -> Iterator[None]:
     """Points file descriptor 2 at ``log``: the SDK worker processes inherit it, so their output lands there."""
+    global _console
     sys.stderr.flush()
     saved = os.dup(2)
     os.dup2(log.fileno(), 2)
+    _console = open(saved, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
     try:
         yield
     finally:
+        _console.close()
+        _console = None
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def console() -> TextIO:
+    """Returns where a command's own messages reach the user (progress lines): stderr, even while ``main`` sends
+    file descriptor 2, and with it the Beam workers' chatter, to the log."""
+    return _console or sys.stderr
 
 
 def _show_own_warnings(path: str) -> None:

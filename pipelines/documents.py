@@ -13,7 +13,7 @@ import re
 import pyarrow as pa
 
 from pipelines import files
-from pipelines.seeding import stable_hash64
+from pipelines.hashes import stable_hash64
 
 __all__ = [
     "DOCUMENT_SCHEMA",

@@ -2,20 +2,31 @@
 
 Every flag the stage does not know goes to Beam's ``PipelineOptions`` untouched, so
 ``--runner DataflowRunner --temp_location gs://...`` works unchanged; without a runner, stages run on Beam's
-local engine in multi-processing mode on every core.
+local engine, in-process or in one worker process per core, whichever the stage's estimated work makes faster
+(``local_mode``), unless ``--direct_running_mode`` or ``--direct_num_workers`` says. Paths may be s3:// URLs,
+with Beam's S3 options (``--s3_endpoint_url http://127.0.0.1:9000`` for an S3-compatible server,
+``--s3_region_name``, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.runners.portability.fn_api_runner.fn_runner import ExtendedProvisionInfo
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.runners.runner import PipelineResult
 
+from pipelines import files
 from pipelines.params import parse_config
 
-__all__ = ["StageArgs", "parse_stage_args"]
+__all__ = ["StageArgs", "input_mb", "local_mode", "parse_stage_args", "runs_locally", "work_per_input_mb"]
 
 C = TypeVar("C")
 
@@ -36,6 +47,7 @@ def parse_stage_args(
     section: str,
     paths: dict[str, str],
     description: str,
+    work_s: Callable[[Any, dict[str, str]], float | None] | None = None,
 ) -> StageArgs:
     """Splits ``argv`` into the stage's config (dataclass ``config_cls``), its paths and Beam's options.
 
@@ -45,27 +57,82 @@ def parse_stage_args(
         section: the ``params.yaml`` section holding the stage's values.
         paths: flag name → help for the stage's required input/output paths.
         description: ``--help`` text.
+        work_s: the stage's work in single-core seconds, estimated from its config and paths (its input's size
+            times its measured cost); sizes Beam's local runner (``local_mode``). None: every core.
     """
     parsed = parse_config(argv, config_cls, section, paths, description, allow_rest=True)
     beam = PipelineOptions(parsed.rest)
-    _default_to_local_multiprocessing(beam, parsed.rest)
+    files.use_options(beam)  # --s3_endpoint_url and the like reach this process's own file calls too
+    _size_local_runner(beam, parsed.rest, lambda: None if work_s is None else work_s(parsed.config, parsed.paths))
     return StageArgs(parsed.config, parsed.paths, beam, parsed.params_file)
+
+
+class LocalRunner(FnApiRunner):
+    """Beam's local engine, handing the pipeline's options to its worker processes as ``DirectRunner`` does.
+
+    Named on its own, ``FnApiRunner`` starts multi-processing workers with no options, so ``--s3_endpoint_url``
+    and the like would reach the launching process but none of the workers; this builds it the way
+    ``DirectRunner.run_pipeline`` does (Beam 2.77, apache_beam/runners/direct/direct_runner.py).
+    """
+
+    def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> PipelineResult:
+        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        provision = ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        return FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
 
 
 # The engine of Beam's Python DirectRunner, named explicitly: in Beam 2.77 DirectRunner first tries the Prism
 # runner, which downloads a Go binary at run time and ignores direct_num_workers/direct_running_mode.
-LOCAL_RUNNER = "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+LOCAL_RUNNER = "pipelines.options.LocalRunner"
+LOCAL_RUNNERS = (None, "DirectRunner", "direct", LOCAL_RUNNER)  # Beam's default runner is the DirectRunner
+# What Beam's multi-processing mode costs over in-process mode whatever the input: each SDK worker process starts
+# an interpreter and imports Beam and the stage, and the runner opens gRPC channels to each and closes them. On
+# 2 cores, one-file slices (bench/startup.py), multi_processing minus in_memory: 3.7 to 4.2 CPU-s over the six
+# stages, 3.3 s of wall time for the segment stage on a lightly loaded machine (more under load).
+MULTIPROCESSING_EXTRA_S = 3.0
+MB = 1 << 20
 
 
-def _default_to_local_multiprocessing(beam: PipelineOptions, beam_argv: list[str]) -> None:
-    # DirectRunner's default in_memory mode uses one core; Beam's own multi-processing mode uses them all.
+def runs_locally(options: PipelineOptions) -> bool:
+    """Whether ``options`` run the pipeline on Beam's local engine, whose workers are processes of this machine."""
+    return options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+
+
+def local_mode(work_s: float | None, cores: int) -> tuple[str, int]:
+    """Returns Beam's (direct_running_mode, direct_num_workers) for ``work_s`` single-core seconds on ``cores``.
+
+    k worker processes share the work, saving ``work_s × (1 − 1/k)`` seconds, and start up in
+    ``MULTIPROCESSING_EXTRA_S`` more than in-process mode: one process per core when the saving is the larger.
+    Unknown work (None): one process per core, which a large input needs and a small one survives.
+    """
+    if work_s is None or (cores > 1 and work_s * (1 - 1 / cores) > MULTIPROCESSING_EXTRA_S):
+        return "multi_processing", cores
+    return "in_memory", 1
+
+
+def input_mb(folder: str, pattern: str = "*.parquet") -> float:
+    """Returns the MB of the files of ``folder`` that ``pattern`` matches, 0 for none: a stage's input size."""
+    try:
+        return sum(size for _, size in files.match_paths([files.join(folder, pattern)])) / MB
+    except FileNotFoundError:  # the stage's own check of its input says what is missing
+        return 0.0
+
+
+def work_per_input_mb(cpu_s: float) -> Callable[[Any, dict[str, str]], float]:
+    """Returns a ``work_s`` for ``parse_stage_args``: ``cpu_s`` single-core seconds per MB of ``--input``'s files."""
+    return lambda config, paths: cpu_s * input_mb(paths["input"])
+
+
+def _size_local_runner(beam: PipelineOptions, beam_argv: list[str], work_s: Callable[[], float | None]) -> None:
     standard = beam.view_as(StandardOptions)
-    if standard.runner is None:
-        standard.runner = LOCAL_RUNNER
-    elif standard.runner not in ("DirectRunner", "direct", LOCAL_RUNNER):
+    if not runs_locally(beam):
         return
+    standard.runner = standard.runner or LOCAL_RUNNER
     direct = beam.view_as(DirectOptions)
-    if not any(a.startswith("--direct_running_mode") for a in beam_argv):
-        direct.direct_running_mode = "multi_processing"
-    if not any(a.startswith("--direct_num_workers") for a in beam_argv):
-        direct.direct_num_workers = os.cpu_count() or 1
+    mode_set = any(a.startswith("--direct_running_mode") for a in beam_argv)
+    workers_set = any(a.startswith("--direct_num_workers") for a in beam_argv)
+    if mode_set or workers_set:  # the user's choice wins; the other one follows it, as before sizing existed
+        direct.direct_running_mode = direct.direct_running_mode if mode_set else "multi_processing"
+        direct.direct_num_workers = direct.direct_num_workers if workers_set else os.cpu_count() or 1
+        return
+    direct.direct_running_mode, direct.direct_num_workers = local_mode(work_s(), os.cpu_count() or 1)

@@ -1,0 +1,141 @@
+"""A Beam stage's progress on the local runner, on stderr: ``segment: 812/2,000 files (41%), 35 files/s, 0:34 left``.
+
+On Beam's local runner in multi-processing mode the launching process cannot see its workers' progress
+(``pipeline.run()`` blocks and metrics arrive at the end), so the workers report through the file system: each
+process appends one byte per unit done (a file, a source) to its own file in a local temporary folder, one
+``write`` of O_APPEND, which neither tears nor interleaves with another process's, and costs a microsecond or two
+next to a unit's milliseconds. A thread of the launching process sums the files' sizes and prints a line at most
+every ``EVERY_S`` seconds while some but not all units are done. In-process mode works the same, with one file.
+The folder reaches the workers in an environment variable, which the local runner's SDK worker processes inherit.
+
+The folder is the machine's temporary one, not the output's: a local runner may write to s3://, which should not
+see a write per unit. Remote runners (Dataflow, Flink, Spark, Dask) show progress in their own consoles: for them
+nothing is set up, nothing is printed and ``advance`` does nothing. Usage, in a stage::
+
+    with progress.shown("segment", len(inputs), "files", args.beam):
+        counters = run_and_count(pipeline, ...)
+
+and, where a worker finishes one unit, ``progress.advance()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import TextIO
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.commands import console
+from pipelines.options import runs_locally
+
+__all__ = ["ENV", "EVERY_S", "advance", "shown"]
+
+ENV = "ALBERT_LIGHTNING_PROGRESS"  # the folder this run's workers report to; unset: no report
+EVERY_S = 5.0  # at most one line this often: a few a minute in a log, yet the rate is seen to move
+
+_file: tuple[str, int, int] | None = None  # (folder, pid, descriptor) of this process's report
+
+
+def advance(units: int = 1) -> None:
+    """Counts ``units`` more done by this process, when a local run shows progress; never raises."""
+    global _file
+    folder = os.environ.get(ENV)
+    if not folder or units < 1:
+        return
+    try:
+        if _file is None or _file[:2] != (folder, os.getpid()):
+            if _file is not None and _file[1] == os.getpid():
+                os.close(_file[2])  # an earlier run's, in a process that outlived it (tests run stages in-process)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            _file = (folder, os.getpid(), os.open(os.path.join(folder, str(os.getpid())), flags, 0o600))
+        os.write(_file[2], b"." * units)
+    except OSError:  # the run ended (folder removed) or the disk is full: progress must never fail the stage
+        _file = None
+
+
+def _done(folder: str) -> int:
+    with os.scandir(folder) as entries:
+        return sum(entry.stat().st_size for entry in entries)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}" if minutes >= 60 else f"{minutes}:{seconds:02d}"
+
+
+class _Reporter(threading.Thread):
+    """Prints a line every ``every_s`` seconds while some but not all units are done, until stopped.
+
+    Nothing during start-up or once every unit is done (a stage's last steps, a short run): a command's stderr is
+    then just its result. The rate counts from the first unit seen done, so start-up does not drag it down.
+    """
+
+    def __init__(self, stage: str, total: int, unit: str, folder: str, every_s: float, stream: TextIO) -> None:
+        super().__init__(daemon=True, name=f"progress-{stage}")
+        self.stage, self.total, self.unit, self.folder = stage, total, unit, folder
+        self.every_s, self.stream, self.stop = every_s, stream, threading.Event()
+        self.start_time, self.first, self.lines = time.monotonic(), None, 0
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            done, now = _done(self.folder), time.monotonic()
+            if 0 < done < self.total:
+                self.report(done, now)
+            if done and self.first is None:
+                self.first = (now, done)
+
+    def report(self, done: int, now: float, final: bool = False) -> None:
+        line = f"{self.stage}: {done:,}/{self.total:,} {self.unit} ({done / max(self.total, 1):.0%})"
+        if final:
+            line += f" in {_clock(now - self.start_time)}"
+        elif self.first is not None and done > self.first[1]:
+            rate = (done - self.first[1]) / (now - self.first[0])
+            shown_rate = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"
+            line += f", {shown_rate} {self.unit}/s, {_clock((self.total - done) / rate)} left"
+        print(line, file=self.stream, flush=True)
+        self.lines += 1
+
+
+@contextlib.contextmanager
+def shown(stage: str, total: int, unit: str, options: PipelineOptions, every_s: float | None = None) -> Iterator[None]:
+    """Prints the progress of the pipeline run inside the block: ``total`` units, counted by ``advance``.
+
+    Only on the local runner (``options.runs_locally``), and only while some but not all units are done; a final
+    line with the elapsed time follows when the block succeeds after at least one line. Lines go to the
+    terminal's stderr (``commands.console``).
+
+    Args:
+        stage: the line's prefix.
+        total: the units the run will complete, from the upstream's listing.
+        unit: their name, plural ("files").
+        options: the pipeline's options.
+        every_s: seconds between lines; default ``EVERY_S``.
+    """
+    if not runs_locally(options):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix=f"progress-{stage}-")
+    previous = os.environ.get(ENV)
+    os.environ[ENV] = folder
+    reporter = _Reporter(stage, total, unit, folder, EVERY_S if every_s is None else every_s, console())
+    reporter.start()
+    try:
+        yield
+        reporter.stop.set()
+        reporter.join()
+        if reporter.lines:
+            reporter.report(_done(folder), time.monotonic(), final=True)
+    finally:
+        reporter.stop.set()
+        reporter.join()
+        if previous is None:
+            del os.environ[ENV]
+        else:
+            os.environ[ENV] = previous
+        shutil.rmtree(folder, ignore_errors=True)
