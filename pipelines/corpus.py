@@ -27,14 +27,13 @@ Outputs of an earlier run are removed first and again on failure, so no stale fi
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipelines import files, pydocs
+from pipelines import files, progress, pydocs
 from pipelines.commands import main
 from pipelines.documents import (
     DOCUMENT_SCHEMA,
@@ -45,10 +44,10 @@ from pipelines.documents import (
     outputs,
     table_from_rows,
 )
-from pipelines.options import parse_stage_args
-from pipelines.seeding import stable_hash64
+from pipelines.hashes import stable_hash64
+from pipelines.options import MB, parse_stage_args
 from pipelines.sources import FORMATS, Source, plan_sources, read_records
-from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
 
 __all__ = [
     "CorpusConfig",
@@ -115,6 +114,7 @@ class _ReadFile(beam.DoFn):
             }
         if not produced:
             self.COUNTERS.inc("empty_files")
+        progress.advance()
 
 
 class _ParseEmbeddedSource(beam.DoFn):
@@ -141,6 +141,8 @@ class _ParseEmbeddedSource(beam.DoFn):
         except (SyntaxError, ValueError):  # e.g. a file written for another Python version
             self.COUNTERS.inc("unparsable_sources")
             return
+        finally:
+            progress.advance()  # parsed or given up: the source's work is done, its yields cost little
         for document in documents:
             if len(document["text"]) > self._min_chars:
                 yield document
@@ -161,31 +163,36 @@ class ReadDocuments(beam.PTransform):
     """Reads the configured inputs (or the embedded default) into document dicts of ``DOCUMENT_SCHEMA``.
 
     Input files are matched when the transform is applied, so a missing path fails before the pipeline runs;
-    then ``versions`` holds the version of each embedded library read, by name (empty for input files).
+    then ``versions`` holds the version of each embedded library read, by name (empty for input files), and
+    ``files`` the number of input or source files to read.
     """
 
     def __init__(self, config: CorpusConfig):
         super().__init__()
         self._config = config
         self.versions: dict[str, str] = {}
+        self.files = 0
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         config = self._config
         if config.inputs:
+            planned = plan_sources(config.inputs, config.format)
+            self.files = len(planned)
             return (
                 pbegin
-                | "ListFiles" >> beam.Create(plan_sources(config.inputs, config.format))
+                | "ListFiles" >> beam.Create(planned)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadFiles" >> beam.ParDo(_ReadFile(config.text_field))
+                | "ReadFiles" >> Counted(beam.ParDo(_ReadFile(config.text_field)))
             )
         sources = pydocs.embedded_sources(config.embedded_sources, config.embedded_packages)
         self.versions = {library: pydocs.library_version(library) for library in sorted({lib for lib, _ in sources})}
+        self.files = len(sources)
         return (
             pbegin
             | "ListEmbeddedSources" >> beam.Create(sources)
             | "SpreadSources" >> beam.Reshuffle()
-            | "ParseDocstrings" >> beam.ParDo(_ParseEmbeddedSource(config.embedded_min_chars, self.versions))
-            | "KeepSpreadSubset" >> beam.combiners.Top.Smallest(config.embedded_max_documents, key=_selection_key)
+            | "ParseDocstrings" >> Counted(beam.ParDo(_ParseEmbeddedSource(config.embedded_min_chars, self.versions)))
+            | "KeepSpreadSubset" >> Smallest(config.embedded_max_documents, key=_selection_key)
             | "Unlist" >> beam.FlatMap(_each)
         )
 
@@ -194,12 +201,30 @@ def _text_bytes(document: dict) -> int:
     return len(document["text"].encode("utf-8"))
 
 
-def _key_by_bucket(document: dict, num_buckets: int) -> tuple[int, dict]:
-    return file_index(document["id"], num_buckets), document
+JOIN_SHARDS = 1024  # groups of documents that each receive the bucket count: ~1/1024 of the corpus in memory
 
 
-def _sorted(buckets: list[int]) -> list[int]:
-    return sorted(buckets)
+def _key_by_shard(document: dict) -> tuple[int, dict]:
+    return file_index(document["id"], JOIN_SHARDS), document
+
+
+def _to_every_shard(num_buckets: int) -> Iterator[tuple[int, int]]:
+    for shard in range(JOIN_SHARDS):
+        yield shard, num_buckets
+
+
+def _key_by_bucket(joined: tuple[int, dict[str, list]]) -> Iterator[tuple[int, dict]]:
+    _, grouped = joined
+    for num_buckets in grouped["num_buckets"]:  # exactly one
+        for document in grouped["documents"]:
+            yield file_index(document["id"], num_buckets), document
+
+
+def _file_numbers(buckets: list[int]) -> Iterator[tuple[int, tuple[int, int]]]:
+    """Yields (bucket, (i, n)): the buckets that hold documents are files i of n, in bucket order."""
+    ordered = sorted(buckets)
+    for i, bucket in enumerate(ordered):
+        yield bucket, (i, len(ordered))
 
 
 class _WriteFile(beam.DoFn):
@@ -215,19 +240,23 @@ class _WriteFile(beam.DoFn):
     def __init__(self, output: str):
         self._output = output
 
-    def process(self, element: tuple[int, Iterable[dict]], buckets: list[int]) -> Iterator[str]:
-        bucket, documents = element
-        rows = list(documents)
+    def process(self, element: tuple[int, dict[str, list]]) -> Iterator[str]:
+        _, grouped = element
+        rows, ((index, num_files),) = grouped["documents"], grouped["file"]
         self.COUNTERS.inc("documents", len(rows))
         self.COUNTERS.inc("document_bytes", sum(map(_text_bytes, rows)))
-        name = file_name("documents", bisect.bisect_left(buckets, bucket), len(buckets))
-        path = files.join(self._output, name)
+        path = files.join(self._output, file_name("documents", index, num_files))
         files.write_parquet_atomically(path, table_from_rows(rows, DOCUMENT_SCHEMA))
         yield path
 
 
 class WriteDocumentFiles(beam.PTransform):
-    """Writes documents to Parquet files by id hash (n buckets, n from their total text bytes); yields the paths."""
+    """Writes documents to Parquet files by id hash (n buckets, n from their total text bytes); yields the paths.
+
+    The two global values, n and each file's number, reach the documents through joins (``CoGroupByKey``), not
+    side inputs, which the Dask runner gets wrong (``pipelines.stage``): n goes to each of ``JOIN_SHARDS``
+    groups of documents, a file's number to its bucket's group.
+    """
 
     def __init__(self, output: str):
         super().__init__()
@@ -237,21 +266,23 @@ class WriteDocumentFiles(beam.PTransform):
         num_buckets = (
             documents
             | "TextBytes" >> beam.Map(_text_bytes)
-            | "TotalBytes" >> beam.CombineGlobally(sum)
+            | "TotalBytes" >> beam.CombineGlobally(sum).without_defaults()
             | "NumBuckets" >> beam.Map(files_for_bytes)
+            | "ToEveryShard" >> beam.FlatMap(_to_every_shard)
         )
-        keyed = documents | "KeyByBucket" >> beam.Map(_key_by_bucket, beam.pvalue.AsSingleton(num_buckets))
-        buckets = (
+        sharded = {"documents": documents | "KeyByShard" >> beam.Map(_key_by_shard), "num_buckets": num_buckets}
+        keyed = sharded | "JoinNumBuckets" >> beam.CoGroupByKey() | "KeyByBucket" >> beam.FlatMap(_key_by_bucket)
+        numbers = (
             keyed
             | "Buckets" >> beam.Keys()
             | "DistinctBuckets" >> beam.Distinct()
-            | "ListBuckets" >> beam.combiners.ToList()
-            | "SortBuckets" >> beam.Map(_sorted)
+            | "ListBuckets" >> beam.combiners.ToList().without_defaults()
+            | "NumberFiles" >> beam.FlatMap(_file_numbers)
         )
         return (
-            keyed
-            | "GroupByBucket" >> beam.GroupByKey()
-            | "WriteFiles" >> beam.ParDo(_WriteFile(self._output), beam.pvalue.AsSingleton(buckets))
+            {"documents": keyed, "file": numbers}
+            | "GroupByBucket" >> beam.CoGroupByKey()
+            | "WriteFiles" >> Counted(beam.ParDo(_WriteFile(self._output)))
         )
 
 
@@ -264,6 +295,19 @@ def _require_text(config: CorpusConfig, counters: dict) -> None:
     raise ValueError(f"{where}: no text: every document in its {read} file(s) is empty; give inputs that hold text")
 
 
+# Single-core seconds per MB of input files, in-process: 0.8 CPU-s over a JSON Lines copy of the embedded
+# default's 15 MB of text (a run on it less one on a one-line file). Sizes Beam's local runner.
+INPUT_CPU_S_PER_MB = 0.05
+
+
+def _work_s(config: CorpusConfig, paths: dict[str, str]) -> float | None:
+    """The stage's estimated single-core seconds, or None for the embedded default: its sources are known only
+    once listed (~0.5 s), and its ~30 CPU-seconds of parsing want every core anyway."""
+    if not config.inputs:
+        return None
+    return INPUT_CPU_S_PER_MB * sum(source.size for source in plan_sources(config.inputs, config.format)) / MB
+
+
 def run(argv: list[str] | None = None) -> dict:
     """Runs the corpus stage and returns what it wrote to ``stats.json``."""
     args = parse_stage_args(
@@ -272,6 +316,7 @@ def run(argv: list[str] | None = None) -> dict:
         "corpus",
         {"output": "folder for documents-*.parquet and stats.json"},
         __doc__.splitlines()[0],
+        _work_s,
     )
     output = args.paths["output"]
     with owning_outputs(output, STATS, outputs("documents")):
@@ -279,7 +324,8 @@ def run(argv: list[str] | None = None) -> dict:
         reader = ReadDocuments(args.config)
         _ = pipeline | "ReadDocuments" >> reader | "WriteDocuments" >> WriteDocumentFiles(output)
         read = _ReadFile if args.config.inputs else _ParseEmbeddedSource
-        counters = run_and_count(pipeline, read.COUNTERS, _WriteFile.COUNTERS)
+        with progress.shown("corpus", reader.files, "files", args.beam):
+            counters = run_and_count(pipeline, output, read.COUNTERS, _WriteFile.COUNTERS)
         _require_text(args.config, counters)
         written = files.match_paths([files.join(output, "documents-*-of-*.parquet")])
         config = dataclasses.asdict(args.config)

@@ -20,15 +20,17 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import sentencepiece as spm
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import files
+from pipelines import files, progress
 from pipelines.commands import main
 from pipelines.documents import STATS, finished_files, read_stats
-from pipelines.masked_pairs import Instances, Item, build_instances
+from pipelines.masked_pairs import Instances, Items, build_instances
 from pipelines.masking import MaskingConfig, TokenClasses
-from pipelines.options import parse_stage_args
-from pipelines.seeding import rng_for, unit_interval
+from pipelines.options import input_mb, parse_stage_args
+from pipelines.seeding import unit_interval
 from pipelines.shards import (
     MANIFEST,
     SCHEMA_VERSION,
@@ -41,8 +43,8 @@ from pipelines.shards import (
     shard_schema,
     sorted_by_key,
 )
-from pipelines.sop import PairConfig, randint
-from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.sop import Documents, PairConfig
+from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import spiece_from_proto
 
@@ -72,6 +74,19 @@ class InstancesConfig:
         return MaskingConfig(self.masked_lm_prob, self.max_predictions_per_seq, self.ngram, self.favor_shorter_ngram)
 
 
+# Single-core seconds per MB of sentence files, in-process on the embedded default: encoding each document once,
+# then building and masking it once a pass. Solved from bench/startup.py's work over 6.3 MB: 3.8 CPU-s at 14.8
+# passes (dupe_factor 16, the instances stage), 1.35 at 0.4 (dupe_factor 0, eval_shards).
+ENCODE_CPU_S_PER_MB, PASS_CPU_S_PER_MB = 0.2, 0.03
+
+
+def _work_s(config: InstancesConfig, paths: dict[str, str]) -> float:
+    """The stage's estimated single-core seconds, which size Beam's local runner (``options.local_mode``)."""
+    held_out = config.validation_fraction
+    passes = config.dupe_factor * (1 - held_out) + config.validation_dupe_factor * held_out
+    return input_mb(paths["input"]) * (ENCODE_CPU_S_PER_MB + PASS_CPU_S_PER_MB * passes)
+
+
 class _BuildShardsFn(beam.DoFn):
     """Builds and writes the two shards of one sentence file; loads SentencePiece once per worker."""
 
@@ -89,47 +104,41 @@ class _BuildShardsFn(beam.DoFn):
         index, path = indexed_path
         table = files.read_parquet(path, columns=["id", "sentences"])
         ids = table.column("id").to_pylist()
-        documents = self._encode(table.column("sentences").to_pylist())
+        documents = self._encode(table.column("sentences"))
         self.COUNTERS.inc("documents", len(ids))
-        for split, (items, sizes) in self._items(ids, documents).items():
+        for split, items in self._items(ids).items():
             tables, keys = [], []
             # Chunks bound the working memory however large the file or dupe_factor.
-            for chunk in _chunks(items, sizes):
-                built = build_instances(chunk, self.config.seed, self.pairs, self.masking, self.classes)
+            for chunk in _chunks(items, documents.document_tokens()[items.document]):
+                built = build_instances(documents, chunk, self.config.seed, self.pairs, self.masking, self.classes)
                 tables.append(self._table(built, chunk))
                 keys.append(built.keys)
                 self.COUNTERS.inc("instances", len(built))
                 self.COUNTERS.inc("tokens", len(built.input_ids))
                 self.COUNTERS.inc("masked_tokens", len(built.masked.positions))
-            yield self.writer.write_shard(split, index, sorted_by_key(tables, keys))
+            # A chunk's rows come in key order: only several chunks need merging.
+            yield self.writer.write_shard(split, index, tables[0] if len(tables) == 1 else sorted_by_key(tables, keys))
+        progress.advance()  # both shards of the file written
 
-    def _encode(self, sentences: list[list[str]]) -> list[list[list[int]]]:
-        """Returns each document's sentences as piece ids."""
+    def _encode(self, sentences: pa.ChunkedArray) -> Documents:
+        """Returns the file's documents (a list of sentences each) as piece ids."""
         # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence.
-        flat = self.sp.encode([s for doc in sentences for s in doc], num_threads=1)  # workers are the parallelism
-        documents, start = [], 0
-        for doc in sentences:
-            documents.append(flat[start : start + len(doc)])
-            start += len(doc)
-        return documents
+        tokens, lengths = _encode_ids(self.sp, pc.list_flatten(sentences).to_pylist())
+        return Documents.from_lengths(tokens, lengths, pc.list_value_length(sentences).to_numpy())
 
-    def _items(self, ids: list[str], documents: list[list[list[int]]]) -> dict[str, tuple[list[Item], list[int]]]:
-        """Returns per split the items to build (a document once per duplicate) and each one's source tokens."""
-        items: dict[str, tuple[list[Item], list[int]]] = {split: ([], []) for split in SPLITS}
-        for position, (document_id, segments) in enumerate(zip(ids, documents, strict=True)):
-            held_out = unit_interval("validation", document_id) < self.config.validation_fraction
-            split, size = "validation" if held_out else "train", sum(map(len, segments))
-            dupes = self.config.validation_dupe_factor if held_out else self.config.dupe_factor
-            for duplicate in range(dupes):
-                other = None
-                if self.pairs.inter_sentence == "nsp":  # only BERT's negatives need another document
-                    rng = rng_for(self.config.seed, document_id, duplicate, "nsp")
-                    other = _other_document(documents, position, rng)
-                items[split][0].append(Item(segments, document_id, duplicate, other))
-                items[split][1].append(size)
+    def _items(self, ids: list[str]) -> dict[str, Items]:
+        """Returns per split the items to build: its documents (their positions in the file) once per duplicate."""
+        held_out = np.array([unit_interval("validation", i) < self.config.validation_fraction for i in ids], bool)
+        dupes = {"train": self.config.dupe_factor, "validation": self.config.validation_dupe_factor}
+        items = {}
+        for split in SPLITS:
+            positions = np.flatnonzero(held_out == (split == "validation"))
+            document = np.repeat(positions, dupes[split])
+            duplicate = np.tile(np.arange(dupes[split], dtype=np.int64), len(positions))
+            items[split] = Items(document, [ids[d] for d in document.tolist()], duplicate)
         return items
 
-    def _table(self, built: Instances, items: list[Item]) -> pa.Table:
+    def _table(self, built: Instances, items: Items) -> pa.Table:
         lists = {
             "input_ids": (built.offsets, built.input_ids),
             "token_type_ids": (built.offsets, built.token_type_ids),
@@ -138,40 +147,39 @@ class _BuildShardsFn(beam.DoFn):
         }
         scalars = {
             "sentence_order_label": built.sentence_order_label,
-            "document_id": pa.array([item.document_id for item in items], pa.string()).take(built.item),
-            "duplicate": np.array([item.duplicate for item in items], dtype=np.int64)[built.item],
+            "document_id": pa.array(items.document_id, pa.string()).take(built.item),
+            "duplicate": items.duplicate[built.item],
             "target_length": built.target_length,
         }
         return rows_table(self.writer.schema, lists, scalars)
 
 
+def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Returns ``sp.encode(texts)`` flattened: every text's piece ids end to end (int32) and each one's count."""
+    # The C++ int32 buffers of SentencePiece's "numpy" output, joined once, without the per-text np.frombuffer of
+    # its public wrapper (slower than lists). sp.encode's lists make a Python int per piece: on the embedded corpus
+    # 0.90 CPU-s against 0.63 s for the buffers, plus 0.08 s to flatten them back. A private method of the pinned
+    # sentencepiece==0.2.3, called as its Encode calls it for plain encoding; test_instances checks it is sp.encode.
+    # One thread (workers are the parallelism), no sampling (nbest -1, alpha 0.1 unused), no BOS, EOS or reversal.
+    buffers = sp._processor._EncodeAsBufferBatch(texts, 1, None, False, -1, 0.1, False, False, False)
+    lengths = np.fromiter(map(len, map(memoryview, buffers)), np.int64, len(buffers))  # pieces, not bytes
+    return np.frombuffer(bytearray().join(buffers), dtype=np.int32), lengths
+
+
 CHUNK_TOKENS = 1 << 18  # source tokens built and masked at once: ~20 MB of working arrays
 
 
-def _chunks(items: list[Item], sizes: list[int]) -> Iterator[list[Item]]:
+def _chunks(items: Items, sizes: np.ndarray) -> Iterator[Items]:
     """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens (``sizes``: each item's);
     one empty run for no items."""
-    chunk, tokens = [], 0
-    for item, size in zip(items, sizes, strict=True):
-        chunk.append(item)
+    start, tokens = 0, 0
+    for end, size in enumerate(sizes.tolist(), 1):
         tokens += size
         if tokens >= CHUNK_TOKENS:
-            yield chunk
-            chunk, tokens = [], 0
-    if chunk or not items:
-        yield chunk  # an empty split (dupe_factor 0) still writes its empty shard
-
-
-def _other_document(documents: list, position: int, rng):
-    """Returns a function drawing another document of the same file: BERT's NSP negatives, used by ``nsp`` only."""
-
-    def draw():
-        if len(documents) < 2:
-            return []
-        pick = randint(rng, 0, len(documents) - 2)
-        return documents[pick + (pick >= position)]
-
-    return draw
+            yield Items(*(column[start:end] for column in items))
+            start, tokens = end, 0
+    if start < len(sizes) or not len(sizes):
+        yield Items(*(column[start:] for column in items))  # an empty split (dupe_factor 0) still writes its shard
 
 
 class BuildInstances(beam.PTransform):
@@ -182,7 +190,9 @@ class BuildInstances(beam.PTransform):
         self.fn = _BuildShardsFn(spiece, writer, config)
 
     def expand(self, files):
-        return files | "SpreadFilesOverWorkers" >> beam.Reshuffle() | "BuildAndWriteShards" >> beam.ParDo(self.fn)
+        return (
+            files | "SpreadFilesOverWorkers" >> beam.Reshuffle() | "BuildAndWriteShards" >> Counted(beam.ParDo(self.fn))
+        )
 
 
 SHARD_INDEX = ".shard-index.json"  # the workers' ShardInfos, gathered in the pipeline; folded into the manifest
@@ -230,7 +240,8 @@ def _write_shards(
         | "GatherShardInfo" >> beam.combiners.ToList()
         | "WriteShardIndex" >> beam.Map(_write_shard_index, writer.folder)
     )
-    counters = run_and_count(pipeline, _BuildShardsFn.COUNTERS)
+    with progress.shown("instances", len(inputs), "files", options):
+        counters = run_and_count(pipeline, writer.folder, _BuildShardsFn.COUNTERS)
     return _read_shard_index(writer.folder), counters
 
 
@@ -242,6 +253,7 @@ def run(argv: list[str] | None = None) -> Manifest:
         "instances",
         {"input": "segment stage folder", "spiece": "spiece.model of the vocab stage", "output": "shard folder"},
         __doc__,
+        _work_s,
     )
     config, input_folder, spiece, output = args.config, *args.paths.values()
     inputs = finished_files(input_folder, "sentences")

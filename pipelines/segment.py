@@ -24,17 +24,20 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipelines import files
+from pipelines import files, progress
 from pipelines.commands import main
 from pipelines.documents import SENTENCES_SCHEMA, STATS, file_name, finished_files, outputs, table_from_rows
-from pipelines.options import parse_stage_args
+from pipelines.options import parse_stage_args, work_per_input_mb
 from pipelines.sentences import document_sentences, split_long
-from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
 from pipelines.textnorm import Normalizer
 
 __all__ = ["SegmentConfig", "SegmentDocuments", "run"]
 
 _DOCUMENT_FILE = re.compile(r"documents-(\d{5})-of-(\d{5})\.parquet$")
+# Single-core seconds per MB of corpus files, in-process on the embedded default: 3.85 CPU-s of work over 6.2 MB
+# (bench/startup.py). Sizes Beam's local runner.
+CPU_S_PER_MB = 0.6
 
 
 @dataclasses.dataclass
@@ -86,6 +89,7 @@ class _SegmentFile(beam.DoFn):
             rows.append({"id": document["id"], "sentences": sentences, "meta": document["meta"]})
         out = files.join(self._output, file_name("sentences", index, num_files))
         files.write_parquet_atomically(out, table_from_rows(rows, SENTENCES_SCHEMA))
+        progress.advance()
         yield out
 
     def _sentences(self, text: str, presegmented: bool) -> list[str]:
@@ -115,14 +119,16 @@ class SegmentDocuments(beam.PTransform):
         return (
             document_files
             | "SpreadFiles" >> beam.Reshuffle()
-            | "SegmentFiles" >> beam.ParDo(_SegmentFile(self._output, self._config))
+            | "SegmentFiles" >> Counted(beam.ParDo(_SegmentFile(self._output, self._config)))
         )
 
 
 def run(argv: list[str] | None = None) -> dict:
     """Runs the segment stage and returns what it wrote to ``stats.json``."""
     paths = {"input": "corpus stage output folder", "output": "folder for sentences-*.parquet and stats.json"}
-    args = parse_stage_args(argv, SegmentConfig, "segment", paths, __doc__.splitlines()[0])
+    args = parse_stage_args(
+        argv, SegmentConfig, "segment", paths, __doc__.splitlines()[0], work_per_input_mb(CPU_S_PER_MB)
+    )
     inputs, output = finished_files(args.paths["input"], "documents"), args.paths["output"]
     with owning_outputs(output, STATS, outputs("sentences")):
         pipeline = beam.Pipeline(options=args.beam)
@@ -131,7 +137,8 @@ def run(argv: list[str] | None = None) -> dict:
             | "ListDocumentFiles" >> beam.Create(inputs)
             | "SegmentDocuments" >> SegmentDocuments(output, args.config)
         )
-        counters = run_and_count(pipeline, _SegmentFile.COUNTERS)
+        with progress.shown("segment", len(inputs), "files", args.beam):
+            counters = run_and_count(pipeline, output, _SegmentFile.COUNTERS)
         if not counters["sentences"]:  # empty shards would pass the later stages silently
             raise ValueError(
                 f"{args.paths['input']}: no sentences: none of its {counters['documents']} documents has text "

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 
 import apache_beam as beam
 
-from pipelines import files
+from pipelines import files, progress
 from pipelines.commands import main
 from pipelines.documents import STATS, finished_files
-from pipelines.options import parse_stage_args
+from pipelines.hashes import stable_hash64, unit_interval
+from pipelines.options import parse_stage_args, work_per_input_mb
 from pipelines.return_questions import return_question
-from pipelines.seeding import stable_hash64, unit_interval
-from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
 
 __all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "module_pairs", "run", "split_of", "top_packages"]
 
@@ -59,6 +59,11 @@ COUNTERS = Counters(
     "package_examples positive_pairs negative_pairs hard_negatives easy_negatives documents_without_partner "
     "repeated_pairs pairs_without_negative return_questions duplicate_contexts".split(),
 )
+
+# Single-core seconds per MB of sentence files that more workers can share, in-process on the embedded default:
+# reading the files, 0.55 CPU-s of the stage's 4.8 (bench/startup.py) for 6.3 MB. Pairing runs once per split,
+# most of it in train's one element, so workers share little of it. Sizes Beam's local runner.
+PARALLEL_CPU_S_PER_MB = 0.1
 
 
 @dataclass
@@ -107,6 +112,7 @@ def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]
         split = split_of(row["id"], config.dev_fraction, config.test_fraction)
         passage = {"id": row["id"], "text": text, "package": meta["package"], "module": meta["module"]}
         yield text, {**passage, "split": split}
+    progress.advance()
 
 
 def _first_by_id(element: tuple[str, Iterable[dict]], counter: str = "duplicate_passages") -> dict:
@@ -139,40 +145,61 @@ class BuildReturnsTask(beam.PTransform):
     def expand(self, paths: beam.PCollection) -> beam.PCollection:
         return (
             paths
-            | "ReadReturnQuestions" >> beam.FlatMap(_read_return_questions, self._config)
+            | "ReadReturnQuestions" >> Counted(beam.FlatMap(_read_return_questions, self._config))
             | "GroupByContext" >> beam.GroupByKey()
-            | "DropDuplicateContexts" >> beam.Map(_first_by_id, "duplicate_contexts")
+            | "DropDuplicateContexts" >> Counted(beam.Map(_first_by_id, "duplicate_contexts"))
             | "KeyBySplit" >> beam.Map(lambda q: (("returns", q.pop("split")), q))
         )
 
 
-def _in_large_package(passage: dict, counts: dict[str, int], min_documents: int) -> bool:
-    if counts[passage["package"]] >= min_documents:
-        return True
-    COUNTERS.inc("small_package_documents")
-    return False
+def _package_verdicts(counts: list[tuple[str, int]], num_packages: int, min_documents: int) -> Iterator[tuple]:
+    """Yields (package, verdict): "label" for the ``top_packages``, "small" under ``min_documents``, else "other"."""
+    labels = top_packages(dict(counts), num_packages, min_documents)
+    for package, n in counts:
+        yield package, "label" if package in labels else "small" if n < min_documents else "other"
 
 
-def _package_example(passage: dict, labels: list[str]) -> Iterator[tuple[tuple[str, str], dict]]:
-    if passage["package"] not in labels:
-        COUNTERS.inc("other_package_documents")
-        return
-    COUNTERS.inc("package_examples")
-    yield ("package", passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["package"]}
+class JudgePackages(beam.PTransform):
+    """Passages → (package, {"passages": its passages, "verdict": [its verdict]}), verdicts ``_package_verdicts``.
 
+    The package counts reach the passages through a join by package, not side inputs, which the Dask runner gets
+    wrong (``pipelines.stage``).
+    """
 
-class BuildPackageTask(beam.PTransform):
-    """Passages + package counts (singleton dict) → (("package", split), row) for the top packages."""
-
-    def __init__(self, counts: beam.PCollection, config: TasksConfig):
+    def __init__(self, config: TasksConfig):
         super().__init__()
-        self._counts = counts
         self._config = config
 
     def expand(self, passages: beam.PCollection) -> beam.PCollection:
         n, least = self._config.num_packages, self._config.min_package_documents
-        labels = self._counts | "TopPackages" >> beam.Map(top_packages, n, least)
-        return passages | "KeepTopPackages" >> beam.FlatMap(_package_example, beam.pvalue.AsSingleton(labels))
+        verdicts = (
+            passages
+            | "Packages" >> beam.Map(lambda p: p["package"])
+            | "CountPackages" >> beam.combiners.Count.PerElement()
+            | "ListCounts" >> beam.combiners.ToList().without_defaults()
+            | "Verdicts" >> beam.FlatMap(_package_verdicts, n, least)
+        )
+        keyed = passages | "KeyByPackage" >> beam.Map(lambda p: (p["package"], p))
+        return {"passages": keyed, "verdict": verdicts} | "JoinVerdicts" >> beam.CoGroupByKey()
+
+
+def _large_package_passages(judged: tuple[str, dict[str, list]]) -> list[dict]:
+    _, grouped = judged
+    if grouped["verdict"] != ["small"]:
+        return grouped["passages"]
+    COUNTERS.inc("small_package_documents", len(grouped["passages"]))
+    return []
+
+
+def _package_examples(judged: tuple[str, dict[str, list]]) -> Iterator[tuple[tuple[str, str], dict]]:
+    _, grouped = judged
+    if grouped["verdict"] == ["other"]:
+        COUNTERS.inc("other_package_documents", len(grouped["passages"]))
+    if grouped["verdict"] != ["label"]:
+        return
+    for passage in grouped["passages"]:
+        COUNTERS.inc("package_examples")
+        yield ("package", passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["package"]}
 
 
 def _partner(pool: list[dict], start: int, anchor: dict, used: set) -> dict | None:
@@ -248,7 +275,7 @@ class BuildModulePairs(beam.PTransform):
             passages
             | "KeyBySplit" >> beam.Map(lambda p: (p["split"], p))
             | "GroupBySplit" >> beam.GroupByKey()
-            | "PairDocuments" >> beam.FlatMap(_split_pairs, self._config)
+            | "PairDocuments" >> Counted(beam.FlatMap(_split_pairs, self._config))
         )
 
 
@@ -264,20 +291,13 @@ class BuildTasks(beam.PTransform):
         passages = (
             paths
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadPassages" >> beam.FlatMap(_read_passages, config)
+            | "ReadPassages" >> Counted(beam.FlatMap(_read_passages, config))
             | "GroupByText" >> beam.GroupByKey()
-            | "DropDuplicatePassages" >> beam.Map(_first_by_id)
+            | "DropDuplicatePassages" >> Counted(beam.Map(_first_by_id))
         )
-        counts = (
-            passages
-            | "Packages" >> beam.Map(lambda p: p["package"])
-            | "CountPackages" >> beam.combiners.Count.PerElement()
-            | "PackageCounts" >> beam.combiners.ToDict()
-        )
-        kept = passages | "DropSmallPackages" >> beam.Filter(
-            _in_large_package, beam.pvalue.AsSingleton(counts), config.min_package_documents
-        )
-        single = kept | "BuildPackageTask" >> BuildPackageTask(counts, config)
+        judged = passages | "JudgePackages" >> JudgePackages(config)
+        kept = judged | "DropSmallPackages" >> Counted(beam.FlatMap(_large_package_passages))
+        single = judged | "BuildPackageTask" >> Counted(beam.FlatMap(_package_examples))
         pairs = kept | "BuildModulePairs" >> BuildModulePairs(config)
         spans = paths | "BuildReturnsTask" >> BuildReturnsTask(config)
         return (single, pairs, spans) | "AllTasks" >> beam.Flatten()
@@ -346,7 +366,9 @@ def run(argv: list[str] | None = None) -> dict:
         ValueError: no input document has ``package`` and ``module`` meta (not the embedded default corpus).
     """
     paths = {"input": "segment stage output folder", "output": "folder for <task>/*.jsonl, task.json, stats.json"}
-    args = parse_stage_args(argv, TasksConfig, "tasks", paths, __doc__.splitlines()[0])
+    args = parse_stage_args(
+        argv, TasksConfig, "tasks", paths, __doc__.splitlines()[0], work_per_input_mb(PARALLEL_CPU_S_PER_MB)
+    )
     config, output = args.config, args.paths["output"]
     inputs = finished_files(args.paths["input"], "sentences")
     with owning_outputs(output, STATS, _outputs()):
@@ -359,7 +381,8 @@ def run(argv: list[str] | None = None) -> dict:
             | "GroupBySplit" >> beam.GroupByKey()
             | "WriteSplits" >> beam.Map(_write_split, output, config.seed)
         )
-        counters = run_and_count(pipeline, COUNTERS)
+        with progress.shown("tasks", len(inputs), "files", args.beam):  # the files read; pairing follows
+            counters = run_and_count(pipeline, output, COUNTERS)
         if counters["documents"] == counters["documents_without_module_meta"]:
             raise ValueError(
                 f"{args.paths['input']}: no document has 'package' and 'module' in its meta; the tasks stage "

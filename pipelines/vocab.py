@@ -25,12 +25,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import files
+from pipelines import files, progress
 from pipelines.commands import main
 from pipelines.documents import STATS, finished_files
-from pipelines.options import parse_stage_args
-from pipelines.seeding import stable_hash64
-from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.hashes import stable_hash64
+from pipelines.options import parse_stage_args, work_per_input_mb
+from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
 from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
 
 log = logging.getLogger("pipelines.vocab")  # by name: run as `python -m`, __name__ is "__main__"
@@ -43,6 +43,10 @@ COUNTERS = Counters("vocab", "files_read", "sentences_read", "sentences_sampled"
 # "identity": textnorm.Normalizer is the only normalisation. AlbertTokenizer applies the same steps, and with
 # no precompiled charsmap in the model there is nothing else for the Hugging Face export to carry over.
 NORMALIZATION_RULE = "identity"
+# Single-core seconds per MB of sentence files for the Beam sample, in-process on the embedded default: 4.0 CPU-s
+# over 6.3 MB (``sample_to_file`` timed alone; SentencePiece's training follows in the launching process whatever
+# the runner). Sizes Beam's local runner.
+SAMPLE_CPU_S_PER_MB = 0.6
 
 
 @dataclasses.dataclass
@@ -88,18 +92,19 @@ class SampleSentences(beam.PTransform):
         return (
             sentences
             | "KeyByHash" >> beam.Map(lambda s: (stable_hash64("vocab", seed, s), s))
-            | "KeepSmallest" >> beam.combiners.Top.Smallest(self._size)
+            | "KeepSmallest" >> Smallest(self._size)
             | "DropHashes" >> beam.Map(lambda pairs: [s for _, s in pairs])
         )
 
 
 def read_sentences(path: str) -> Iterator[str]:
-    """Yields every sentence of one segment-stage Parquet file, counting files and sentences."""
+    """Yields every sentence of one segment-stage Parquet file, counting files and sentences (in ``Counted``)."""
     column = files.read_parquet(path, columns=["sentences"]).column("sentences")
     COUNTERS.inc("files_read")
     sentences = pc.list_flatten(column).to_pylist()
     COUNTERS.inc("sentences_read", len(sentences))
-    yield from sentences
+    yield from sentences  # each one is hashed and sampled downstream before the next is asked for
+    progress.advance()
 
 
 def _write_sample(sample: list[str], path: str) -> int:
@@ -195,6 +200,7 @@ def run(argv: list[str] | None = None) -> dict:
         "vocab",
         {"input": "segment stage folder", "output": "folder for spiece.model"},
         "Sample sentences and train the SentencePiece vocabulary with ALBERT's special ids.",
+        work_per_input_mb(SAMPLE_CPU_S_PER_MB),
     )
     config, out = args.config, args.paths["output"]
     inputs = finished_files(args.paths["input"], "sentences")
@@ -223,11 +229,12 @@ def sample_to_file(
         pipeline
         | "ListSentenceFiles" >> beam.Create(inputs)
         | "SpreadFiles" >> beam.Reshuffle()
-        | "ReadSentences" >> beam.FlatMap(read_sentences)
+        | "ReadSentences" >> Counted(beam.FlatMap(read_sentences))
         | "SampleSentences" >> SampleSentences(config.sample_sentences, config.seed)
-        | "WriteSample" >> beam.Map(_write_sample, sample_path)
+        | "WriteSample" >> Counted(beam.Map(_write_sample, sample_path))
     )
-    return run_and_count(pipeline, COUNTERS)
+    with progress.shown("vocab", len(inputs), "files", options):
+        return run_and_count(pipeline, FileSystems.split(sample_path)[0], COUNTERS)
 
 
 def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:

@@ -8,12 +8,15 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.params import parse_config
-from pipelines.stage import Counters, owning_outputs, run_and_count
+from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
 from tests.conftest import LOCAL
 
 COUNTS = Counters("test_stage", "seen", "odd", "never")
+OTHER = Counters("test_stage.other", "seen")
 
 
 def _count(value: int) -> int:
@@ -23,15 +26,56 @@ def _count(value: int) -> int:
     return value
 
 
-def test_counters_report_exactly_the_declared_names_summed_and_zero_when_never_counted() -> None:
+class _CountOther(beam.DoFn):
+    def process(self, value: int):
+        OTHER.inc("seen")
+        yield from range(value)  # counted before its first output, and once per element, however many it yields
+
+
+def _counted_pipeline() -> beam.Pipeline:
     pipeline = beam.Pipeline(options=PipelineOptions(LOCAL))
-    _ = pipeline | beam.Create([1, 2, 3, 4, 5]) | beam.Map(_count)
-    assert run_and_count(pipeline, COUNTS) == {"never": 0, "odd": 9, "seen": 5}
+    numbers = pipeline | beam.Create([1, 2, 3, 4, 5]) | "Count" >> Counted(beam.Map(_count))
+    _ = numbers | "CountOther" >> Counted(beam.ParDo(_CountOther())) | beam.combiners.Count.Globally()
+    return pipeline
+
+
+def test_counters_report_exactly_the_declared_names_summed_over_steps_and_zero_when_never_counted(
+    tmp_path: Path,
+) -> None:
+    # The stages' multi-processing tests (test_corpus, test_instances) check the counts across processes too.
+    assert run_and_count(_counted_pipeline(), str(tmp_path), COUNTS, OTHER) == {
+        "never": 0,
+        "odd": 9,
+        "seen": 10,
+    }
+    assert not list(tmp_path.iterdir())  # the counts file is read and removed
+
+
+def test_counts_of_steps_not_asked_for_are_left_out(tmp_path: Path) -> None:
+    assert run_and_count(_counted_pipeline(), str(tmp_path), OTHER) == {"seen": 5}
 
 
 def test_an_undeclared_counter_is_an_error_not_a_new_counter() -> None:
     with pytest.raises(KeyError, match="sen"):
         COUNTS.inc("sen")
+
+
+def test_counting_outside_a_counted_step_is_an_error_not_a_lost_count(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"test_stage\.seen counted outside a step applied through stage\.Counted"):
+        COUNTS.inc("seen")
+    pipeline = beam.Pipeline(options=PipelineOptions(LOCAL))
+    _ = pipeline | beam.Create([1]) | beam.Map(_count)
+    with pytest.raises(RuntimeError, match="outside a step"):
+        run_and_count(pipeline, str(tmp_path), COUNTS)
+
+
+def test_smallest_is_one_sorted_list_and_nothing_for_no_input() -> None:
+    with test_pipeline.TestPipeline(argv=LOCAL) as pipeline:
+        words = pipeline | beam.Create(["pear", "fig", "apple", "banana", "kiwifruit"])
+        assert_that(words | Smallest(3), equal_to([["apple", "banana", "fig"]]), label="ByValue")
+        assert_that(words | "ByLength" >> Smallest(2, key=len), equal_to([["fig", "pear"]]), label="ByKey")
+        empty = pipeline | "Nothing" >> beam.Create([]) | "OfNothing" >> Smallest(3)
+        assert_that(empty, equal_to([]), label="Empty")
 
 
 def test_outputs_of_an_earlier_run_are_cleared_and_a_failed_run_leaves_none(tmp_path: Path) -> None:
