@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import corpus, files, segment, tasks
+from pipelines import corpus, files, segment, task_examples, tasks
 from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
 
 LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -76,7 +76,7 @@ def test_labels_come_from_the_documents_metadata(sentences: Path, built: tuple[P
     for doc in documents.values():
         counts[doc["meta"]["package"]] = counts.get(doc["meta"]["package"], 0) + 1
     spec = json.loads((out / "package" / "task.json").read_text())
-    assert spec["labels"] == tasks.top_packages(counts, 4, 12) == sorted({r["label"] for r in package})
+    assert spec["labels"] == task_examples.top_packages(counts, 4, 12) == sorted({r["label"] for r in package})
     assert spec["text_b"] is None and spec["primary"] == "accuracy"
     pair_spec = json.loads((out / "same_module" / "task.json").read_text())
     assert pair_spec["labels"] == ["0", "1"] and pair_spec["text_b"] == "text_b" and "f1" in pair_spec["metrics"]
@@ -114,7 +114,7 @@ def test_module_pairs_prefers_hard_negatives_and_never_repeats_a_pair():
         {"id": f"{m}{i}", "text": f"{m} {i}", "module": m, "package": m[0]} for m in ("aa", "ab") for i in range(3)
     ]
     passages.append({"id": "z0", "text": "z", "module": "z", "package": "z"})
-    rows, counts = tasks.module_pairs(passages, 2, seed=1)
+    rows, counts = task_examples.module_pairs(passages, 2, seed=1)
     pairs = [frozenset((r["id"], r["id_b"])) for r in rows]
     assert len(pairs) == len(set(pairs)) and counts["positive_pairs"] == counts["negative_pairs"] == 6
     assert all(r["id_b"][0] == "a" for r in rows) and counts["documents_without_partner"] == 1
