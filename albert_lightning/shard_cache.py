@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pipelines.shards import MANIFEST, Manifest
+from pipelines.shards import MANIFEST, Manifest, file_mismatch
 
 __all__ = ["default_cache_dir", "is_remote", "local_folder"]
 
@@ -82,7 +82,7 @@ def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, siz
     """
     blob = blobs / sha256
     with _locked(blobs / f"{sha256}.lock"):
-        if blob.exists() and _matches(blob, size, sha256):
+        if blob.exists() and file_mismatch(blob, size, sha256) is None:
             return blob
         blob.unlink(missing_ok=True)  # partial or corrupt: fetched again
         for _ in range(DOWNLOAD_ATTEMPTS):
@@ -100,13 +100,6 @@ def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, siz
         f"{remote}: sha256 {actual} in {DOWNLOAD_ATTEMPTS} downloads, but {MANIFEST} says {sha256}: the file "
         "changed after its manifest was written; rerun the instances stage"
     )
-
-
-def _matches(path: Path, size: int | None, sha256: str) -> bool:
-    if size is not None and path.stat().st_size != size:
-        return False  # a partial download costs no hashing
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest() == sha256
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ __all__ = [
     "Manifest",
     "ShardInfo",
     "ShardWriter",
+    "file_mismatch",
     "open_shard",
     "rows_table",
     "schema_difference",
@@ -298,12 +299,21 @@ class ShardWriter:
         self.write(self.join(self.folder, MANIFEST), manifest.to_bytes())
 
 
+def file_mismatch(path: str | os.PathLike, size: int | None, sha256: str) -> str | None:
+    """Returns None when the local file ``path`` has ``size`` bytes (None: any) and ``sha256``, else what
+    differs: "size" (checked first: a truncated file costs no hashing) or "sha256"."""
+    if size is not None and os.path.getsize(path) != size:
+        return "size"
+    with open(path, "rb") as f:
+        return None if hashlib.file_digest(f, "sha256").hexdigest() == sha256 else "sha256"
+
+
 def _check_file(path: str, size: int | None, sha256: str, manifest: str) -> None:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: listed in {manifest} but missing; rerun the instances stage")
-    actual = os.path.getsize(path)
-    if size is not None and actual != size:
+    mismatch = file_mismatch(path, size, sha256)
+    if mismatch == "size":
+        actual = os.path.getsize(path)
         raise ValueError(f"{path}: {actual} bytes, {manifest} says {size} (truncated?); rerun the instances stage")
-    with open(path, "rb") as f:
-        if hashlib.file_digest(f, "sha256").hexdigest() != sha256:
-            raise ValueError(f"{path}: sha256 differs from {manifest} (changed after it was written)")
+    if mismatch == "sha256":
+        raise ValueError(f"{path}: sha256 differs from {manifest} (changed after it was written)")
