@@ -44,13 +44,13 @@ MODES = {
     "in_memory": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
     "multi_processing": ["--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count() or 1}"],
 }
-# stage: (module, upstream folder and file kind it reads, or None for the corpus stage, extra flags)
+# stage: (module, upstream folder and file kind it reads, or None for the corpus stage, extra flags as dvc.yaml
+# gives them; {work} is the bench's temporary folder)
 STAGES = {
     "corpus": ("corpus", None, []),
     "segment": ("segment", ("corpus", "documents"), []),
     "vocab": ("vocab", ("sentences", "sentences"), []),
-    "instances": ("instances", ("sentences", "sentences"), []),
-    "eval_shards": ("instances", ("sentences", "sentences"), ["--inter_sentence", "sop", "--dupe_factor", "0"]),
+    "instances": ("instances", ("sentences", "sentences"), ["--eval_output", "{work}/out-eval"]),
     "tasks": ("tasks", ("sentences", "sentences"), []),
 }
 
@@ -77,7 +77,13 @@ def stage_argv(stage: str, size: str, data: Path, work: Path, code: Path) -> lis
         argv += ["--input", str(folder)]
     if module == "instances":
         argv += ["--spiece", str(data / "vocab" / "spiece.model")]
-    return [*argv, *extra, "--output", str(work / f"out-{stage}")]
+    return [*argv, *(arg.format(work=work) for arg in extra), "--output", str(work / f"out-{stage}")]
+
+
+def clear_outputs(work: Path) -> None:
+    """Removes what a stage's run wrote (``out-*``), so the next run starts from nothing."""
+    for folder in work.glob("out-*"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_one(label: str, data: Path, work: Path, code: Path) -> dict:
@@ -89,7 +95,7 @@ def run_one(label: str, data: Path, work: Path, code: Path) -> dict:
         command = [*stage_argv(stage, size, data, work, code), *MODES[mode]]
     log = work / f"{label.replace('/', '-')}.log"
     tree = measure.run_tree(command, log, cwd=code)
-    shutil.rmtree(work / f"out-{stage}", ignore_errors=True)
+    clear_outputs(work)
     if tree.returncode:
         raise SystemExit(f"{label} failed ({tree.returncode}); see {log}")
     return {"wall_s": tree.wall_s, "cpu_s": tree.cpu_s, "sdk": tree.sdk_workers, "other_cores": tree.other_cores}
@@ -182,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         for stage in args.stages:  # once unmeasured: numba's cache and the bytecode files exist from here on
             subprocess.run([*stage_argv(stage, "slice", data, work, code), *MODES["in_memory"]], cwd=code,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # fmt: skip
-            shutil.rmtree(work / f"out-{stage}", ignore_errors=True)
+            clear_outputs(work)
         labels = labels_for(args.stages, args.modes)
         rounds = measure.run_rounds(labels, args.rounds, lambda label: run_one(label, data, work, code))
     finally:

@@ -8,10 +8,16 @@ Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker builds
 shards. The work unit is a file of bounded size, so memory stays flat however large the corpus, and nothing
 gathers all instances.
 A document is held out for validation by the hash of its id, so changing the seed keeps the split.
+
+``--eval_output FOLDER`` also writes the held-out documents alone as SOP pairs and as NSP pairs, to
+``FOLDER/sop`` and ``FOLDER/nsp`` (the sets of the paper's Table 5 intrinsic columns, whatever objective the
+shards use): each is the shard folder ``--inter_sentence X --dupe_factor 0`` would write, byte for byte, built
+from the same encoding of each file, so the evaluation sets cost no run of their own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -44,7 +50,7 @@ from pipelines.shards import (
     sorted_by_key,
 )
 from pipelines.sop import Documents, PairConfig
-from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
+from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import spiece_from_proto
 
@@ -74,51 +80,87 @@ class InstancesConfig:
         return MaskingConfig(self.masked_lm_prob, self.max_predictions_per_seq, self.ngram, self.favor_shorter_ngram)
 
 
+EVAL_OBJECTIVES = ("sop", "nsp")  # --eval_output's folders: the held-out documents paired each way
+COUNTED = ("documents", "instances", "tokens", "masked_tokens")  # each output's counters, in its manifest
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    """One shard folder the workers fill: its writer, the config its rows follow and its counters' namespace."""
+
+    writer: ShardWriter
+    config: InstancesConfig
+    counters: Counters
+
+
+def _outputs(
+    config: InstancesConfig, output: str, eval_output: str | None, num_files: int, schema: pa.Schema
+) -> list[ShardOutput]:
+    """The stage's shard folders: ``output`` with ``config``, then, with ``eval_output``, one folder per
+    ``EVAL_OBJECTIVES`` holding the held-out documents alone (``dupe_factor`` 0) paired that way."""
+    outputs = [ShardOutput(ShardWriter(output, num_files, schema, files.write_bytes_atomically, files.join), config,
+                           Counters("instances", *COUNTED))]  # fmt: skip
+    for objective in EVAL_OBJECTIVES if eval_output else ():
+        folder = files.join(eval_output, objective)
+        writer = ShardWriter(folder, num_files, schema, files.write_bytes_atomically, files.join)
+        held_out = dataclasses.replace(config, inter_sentence=objective, dupe_factor=0)
+        outputs.append(ShardOutput(writer, held_out, Counters(f"eval_{objective}", *COUNTED)))
+    return outputs
+
+
 # Single-core seconds per MB of sentence files, in-process on the embedded default: encoding each document once,
 # then building and masking it once a pass. Solved from bench/startup.py's work over 6.3 MB: 3.8 CPU-s at 14.8
-# passes (dupe_factor 16, the instances stage), 1.35 at 0.4 (dupe_factor 0, eval_shards).
+# passes (dupe_factor 16, the instances stage), 1.35 at 0.4 (dupe_factor 0, the held-out documents alone).
 ENCODE_CPU_S_PER_MB, PASS_CPU_S_PER_MB = 0.2, 0.03
 
 
-def _work_s(config: InstancesConfig, paths: dict[str, str]) -> float:
+def _work_s(config: InstancesConfig, paths: dict[str, str | None]) -> float:
     """The stage's estimated single-core seconds, which size Beam's local runner (``options.local_mode``)."""
     held_out = config.validation_fraction
     passes = config.dupe_factor * (1 - held_out) + config.validation_dupe_factor * held_out
+    if paths.get("eval_output"):
+        passes += len(EVAL_OBJECTIVES) * config.validation_dupe_factor * held_out
     return input_mb(paths["input"]) * (ENCODE_CPU_S_PER_MB + PASS_CPU_S_PER_MB * passes)
 
 
 class _BuildShardsFn(beam.DoFn):
-    """Builds and writes the two shards of one sentence file; loads SentencePiece once per worker."""
+    """Builds and writes every output's two shards of one sentence file, encoding it once; loads SentencePiece
+    once per worker. Yields (output's position, ``ShardInfo``)."""
 
-    COUNTERS = Counters("instances", "documents", "instances", "tokens", "masked_tokens")
-
-    def __init__(self, spiece: str, writer: ShardWriter, config: InstancesConfig) -> None:
-        self.spiece, self.writer, self.config = spiece, writer, config
+    def __init__(self, spiece: str, outputs: list[ShardOutput]) -> None:
+        self.spiece, self.outputs = spiece, outputs
 
     def setup(self) -> None:
         self.sp = spiece_from_proto(files.read_bytes(self.spiece), self.spiece)
         self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
-        self.pairs, self.masking = self.config.pairs, self.config.masking  # built once per worker
+        self.knobs = [(o.config.pairs, o.config.masking) for o in self.outputs]  # built once per worker
 
-    def process(self, indexed_path: tuple[int, str]) -> Iterator[ShardInfo]:
+    def process(self, indexed_path: tuple[int, str]) -> Iterator[tuple[int, ShardInfo]]:
         index, path = indexed_path
         table = files.read_parquet(path, columns=["id", "sentences"])
         ids = table.column("id").to_pylist()
         documents = self._encode(table.column("sentences"))
-        self.COUNTERS.inc("documents", len(ids))
-        for split, items in self._items(ids).items():
-            tables, keys = [], []
-            # Chunks bound the working memory however large the file or dupe_factor.
-            for chunk in _chunks(items, documents.document_tokens()[items.document]):
-                built = build_instances(documents, chunk, self.config.seed, self.pairs, self.masking, self.classes)
-                tables.append(self._table(built, chunk))
-                keys.append(built.keys)
-                self.COUNTERS.inc("instances", len(built))
-                self.COUNTERS.inc("tokens", len(built.input_ids))
-                self.COUNTERS.inc("masked_tokens", len(built.masked.positions))
-            # A chunk's rows come in key order: only several chunks need merging.
-            yield self.writer.write_shard(split, index, tables[0] if len(tables) == 1 else sorted_by_key(tables, keys))
-        progress.advance()  # both shards of the file written
+        held_out: dict[float, np.ndarray] = {}  # by validation_fraction: the outputs share one
+        for position, (output, (pairs, masking)) in enumerate(zip(self.outputs, self.knobs, strict=True)):
+            config, counters = output.config, output.counters
+            fraction = config.validation_fraction
+            if fraction not in held_out:
+                held_out[fraction] = np.array([unit_interval("validation", i) < fraction for i in ids], bool)
+            counters.inc("documents", len(ids))
+            for split, items in _items(ids, held_out[fraction], config).items():
+                tables, keys = [], []
+                # Chunks bound the working memory however large the file or dupe_factor.
+                for chunk in _chunks(items, documents.document_tokens()[items.document]):
+                    built = build_instances(documents, chunk, config.seed, pairs, masking, self.classes)
+                    tables.append(_table(output.writer.schema, built, chunk))
+                    keys.append(built.keys)
+                    counters.inc("instances", len(built))
+                    counters.inc("tokens", len(built.input_ids))
+                    counters.inc("masked_tokens", len(built.masked.positions))
+                # A chunk's rows come in key order: only several chunks need merging.
+                shard = tables[0] if len(tables) == 1 else sorted_by_key(tables, keys)
+                yield position, output.writer.write_shard(split, index, shard)
+        progress.advance()  # every shard of the file written
 
     def _encode(self, sentences: pa.ChunkedArray) -> Documents:
         """Returns the file's documents (a list of sentences each) as piece ids."""
@@ -126,32 +168,33 @@ class _BuildShardsFn(beam.DoFn):
         tokens, lengths = _encode_ids(self.sp, pc.list_flatten(sentences).to_pylist())
         return Documents.from_lengths(tokens, lengths, pc.list_value_length(sentences).to_numpy())
 
-    def _items(self, ids: list[str]) -> dict[str, Items]:
-        """Returns per split the items to build: its documents (their positions in the file) once per duplicate."""
-        held_out = np.array([unit_interval("validation", i) < self.config.validation_fraction for i in ids], bool)
-        dupes = {"train": self.config.dupe_factor, "validation": self.config.validation_dupe_factor}
-        items = {}
-        for split in SPLITS:
-            positions = np.flatnonzero(held_out == (split == "validation"))
-            document = np.repeat(positions, dupes[split])
-            duplicate = np.tile(np.arange(dupes[split], dtype=np.int64), len(positions))
-            items[split] = Items(document, [ids[d] for d in document.tolist()], duplicate)
-        return items
 
-    def _table(self, built: Instances, items: Items) -> pa.Table:
-        lists = {
-            "input_ids": (built.offsets, built.input_ids),
-            "token_type_ids": (built.offsets, built.token_type_ids),
-            "masked_lm_positions": (built.masked.offsets, built.masked.positions),
-            "masked_lm_ids": (built.masked.offsets, built.masked.labels),
-        }
-        scalars = {
-            "sentence_order_label": built.sentence_order_label,
-            "document_id": pa.array(items.document_id, pa.string()).take(built.item),
-            "duplicate": items.duplicate[built.item],
-            "target_length": built.target_length,
-        }
-        return rows_table(self.writer.schema, lists, scalars)
+def _items(ids: list[str], held_out: np.ndarray, config: InstancesConfig) -> dict[str, Items]:
+    """Returns per split the items to build: its documents (their positions in the file) once per duplicate."""
+    dupes = {"train": config.dupe_factor, "validation": config.validation_dupe_factor}
+    items = {}
+    for split in SPLITS:
+        positions = np.flatnonzero(held_out == (split == "validation"))
+        document = np.repeat(positions, dupes[split])
+        duplicate = np.tile(np.arange(dupes[split], dtype=np.int64), len(positions))
+        items[split] = Items(document, [ids[d] for d in document.tolist()], duplicate)
+    return items
+
+
+def _table(schema: pa.Schema, built: Instances, items: Items) -> pa.Table:
+    lists = {
+        "input_ids": (built.offsets, built.input_ids),
+        "token_type_ids": (built.offsets, built.token_type_ids),
+        "masked_lm_positions": (built.masked.offsets, built.masked.positions),
+        "masked_lm_ids": (built.masked.offsets, built.masked.labels),
+    }
+    scalars = {
+        "sentence_order_label": built.sentence_order_label,
+        "document_id": pa.array(items.document_id, pa.string()).take(built.item),
+        "duplicate": items.duplicate[built.item],
+        "target_length": built.target_length,
+    }
+    return rows_table(schema, lists, scalars)
 
 
 def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -183,11 +226,11 @@ def _chunks(items: Items, sizes: np.ndarray) -> Iterator[Items]:
 
 
 class BuildInstances(beam.PTransform):
-    """(file index, sentence file path) → the ``ShardInfo`` of the two shards ``writer`` wrote for it."""
+    """(file index, sentence file path) → (output's position, ``ShardInfo``) of each shard written for it."""
 
-    def __init__(self, spiece: str, writer: ShardWriter, config: InstancesConfig) -> None:
+    def __init__(self, spiece: str, outputs: list[ShardOutput]) -> None:
         super().__init__()
-        self.fn = _BuildShardsFn(spiece, writer, config)
+        self.fn = _BuildShardsFn(spiece, outputs)
 
     def expand(self, files):
         return (
@@ -198,9 +241,12 @@ class BuildInstances(beam.PTransform):
 SHARD_INDEX = ".shard-index.json"  # the workers' ShardInfos, gathered in the pipeline; folded into the manifest
 
 
-def _write_shard_index(infos: list[ShardInfo], output: str) -> None:
-    ordered = sorted((dataclasses.asdict(i) for i in infos), key=lambda i: (i["split"] != "train", i["file"]))
-    files.write_json_atomically(files.join(output, SHARD_INDEX), ordered)
+def _write_shard_indexes(written: list[tuple[int, ShardInfo]], folders: list[str]) -> None:
+    """Writes each output folder's index: the entries of the shards written there, train first, by file."""
+    for position, folder in enumerate(folders):
+        infos = [dataclasses.asdict(info) for p, info in written if p == position]
+        ordered = sorted(infos, key=lambda i: (i["split"] != "train", i["file"]))
+        files.write_json_atomically(files.join(folder, SHARD_INDEX), ordered)
 
 
 def _read_shard_index(output: str) -> list[ShardInfo]:
@@ -219,34 +265,36 @@ def _normalizer(input_folder: str) -> Normalizer:
     return Normalizer(**stats["normalizer"])
 
 
-def _check_not_empty(shards: list[ShardInfo], input_folder: str, config: InstancesConfig, counters: dict) -> None:
+def _check_not_empty(shards: list[ShardInfo], output: ShardOutput, input_folder: str, counters: dict) -> None:
     rows = {split: sum(s.rows for s in shards if s.split == split) for split in SPLITS}
-    if (config.dupe_factor > 0 and not rows["train"]) or not sum(rows.values()):
+    training = output.config.dupe_factor > 0
+    if (training and not rows["train"]) or not sum(rows.values()):
         raise ValueError(
-            f"{input_folder}: no {'training ' if config.dupe_factor else ''}instances from "
-            f"{counters['documents']} documents; is the corpus empty or too small?"
+            f"{input_folder}: no {'training' if training else 'held-out'} instances from {counters['documents']} "
+            f"documents for {output.writer.folder}; is the corpus empty or too small?"
         )
 
 
 def _write_shards(
-    options: PipelineOptions, inputs: list[str], spiece: str, writer: ShardWriter, config: InstancesConfig
-) -> tuple[list[ShardInfo], dict[str, int]]:
-    """Runs the pipeline that writes every shard; returns their manifest entries and the counters."""
+    options: PipelineOptions, inputs: list[str], spiece: str, outputs: list[ShardOutput]
+) -> list[tuple[list[ShardInfo], dict[str, int]]]:
+    """Runs the pipeline that writes every shard; returns each output's manifest entries and counters."""
     pipeline = beam.Pipeline(options=options)
+    folders = [o.writer.folder for o in outputs]
     _ = (
         pipeline
         | "ListSentenceFiles" >> beam.Create(list(enumerate(inputs)))
-        | "BuildInstances" >> BuildInstances(spiece, writer, config)
+        | "BuildInstances" >> BuildInstances(spiece, outputs)
         | "GatherShardInfo" >> beam.combiners.ToList()
-        | "WriteShardIndex" >> beam.Map(_write_shard_index, writer.folder)
+        | "WriteShardIndexes" >> beam.Map(_write_shard_indexes, folders)
     )
     with progress.shown("instances", len(inputs), "files", options):
-        counters = run_and_count(pipeline, writer.folder, _BuildShardsFn.COUNTERS)
-    return _read_shard_index(writer.folder), counters
+        counters = run_and_count_each(pipeline, folders[0], *(o.counters for o in outputs))
+    return [(_read_shard_index(folder), counted) for folder, counted in zip(folders, counters, strict=True)]
 
 
 def run(argv: list[str] | None = None) -> Manifest:
-    """Runs the stage; returns the manifest it wrote last."""
+    """Runs the stage; returns the manifest of ``--output``, written last (after any ``--eval_output``'s)."""
     args = parse_stage_args(
         argv,
         InstancesConfig,
@@ -254,33 +302,40 @@ def run(argv: list[str] | None = None) -> Manifest:
         {"input": "segment stage folder", "spiece": "spiece.model of the vocab stage", "output": "shard folder"},
         __doc__,
         _work_s,
+        {"eval_output": f"folder for the held-out documents alone, as {' and as '.join(EVAL_OBJECTIVES)} pairs"},
     )
-    config, input_folder, spiece, output = args.config, *args.paths.values()
+    config, (input_folder, spiece, output, eval_output) = args.config, args.paths.values()
     inputs = finished_files(input_folder, "sentences")
     normalizer = _normalizer(input_folder)
     spiece_bytes = files.read_bytes(spiece)
     vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
     config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
-    schema = shard_schema(vocab_size, config.max_seq_length)
-    writer = ShardWriter(output, len(inputs), schema, files.write_bytes_atomically, files.join)
-    # Stale shards of an earlier run with more files go too, so the folder holds this run alone.
-    with owning_outputs(output, MANIFEST, ["*.arrow", SHARD_INDEX, SPIECE]):
-        shards, counters = _write_shards(args.beam, inputs, spiece, writer, config)
-        _check_not_empty(shards, input_folder, config, counters)
-        manifest = Manifest(
-            schema_version=SCHEMA_VERSION,
-            shards=shards,
-            vocab_size=vocab_size,
-            spiece_sha256=writer.write_spiece(spiece_bytes),
-            max_seq_length=config.max_seq_length,
-            inter_sentence=config.inter_sentence,
-            masking=config.masking,
-            normalizer=normalizer,
-            params=dataclasses.asdict(config),
-            counters=counters,
-        )
-        writer.write_manifest(manifest)
-    return manifest
+    outputs = _outputs(config, output, eval_output, len(inputs), shard_schema(vocab_size, config.max_seq_length))
+    with contextlib.ExitStack() as owning:
+        # Stale shards of an earlier run with more files go too, so each folder holds this run alone.
+        for o in outputs:
+            owning.enter_context(owning_outputs(o.writer.folder, MANIFEST, ["*.arrow", SHARD_INDEX, SPIECE]))
+        written = _write_shards(args.beam, inputs, spiece, outputs)
+        for o, (shards, counters) in zip(outputs, written, strict=True):
+            _check_not_empty(shards, o, input_folder, counters)
+        manifests = [
+            Manifest(
+                schema_version=SCHEMA_VERSION,
+                shards=shards,
+                vocab_size=vocab_size,
+                spiece_sha256=o.writer.write_spiece(spiece_bytes),
+                max_seq_length=o.config.max_seq_length,
+                inter_sentence=o.config.inter_sentence,
+                masking=o.config.masking,
+                normalizer=normalizer,
+                params=dataclasses.asdict(o.config),
+                counters=counters,
+            )
+            for o, (shards, counters) in zip(outputs, written, strict=True)
+        ]
+        for o, manifest in reversed(list(zip(outputs, manifests, strict=True))):  # the training shards' last
+            o.writer.write_manifest(manifest)
+    return manifests[0]
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ class StageArgs:
     """What a stage gets from its command line: its typed config, its I/O paths and Beam's options."""
 
     config: Any
-    paths: dict[str, str]
+    paths: dict[str, str | None]  # an optional path not given: None
     beam: PipelineOptions
     params_file: str | None
 
@@ -48,6 +48,7 @@ def parse_stage_args(
     paths: dict[str, str],
     description: str,
     work_s: Callable[[Any, dict[str, str]], float | None] | None = None,
+    optional_paths: dict[str, str] | None = None,
 ) -> StageArgs:
     """Splits ``argv`` into the stage's config (dataclass ``config_cls``), its paths and Beam's options.
 
@@ -59,8 +60,9 @@ def parse_stage_args(
         description: ``--help`` text.
         work_s: the stage's work in single-core seconds, estimated from its config and paths (its input's size
             times its measured cost); sizes Beam's local runner (``local_mode``). None: every core.
+        optional_paths: flag name → help for paths the stage may be given (None in ``paths`` when not).
     """
-    parsed = parse_config(argv, config_cls, section, paths, description, allow_rest=True)
+    parsed = parse_config(argv, config_cls, section, paths, description, allow_rest=True, optional_paths=optional_paths)
     beam = PipelineOptions(parsed.rest)
     files.use_options(beam)  # --s3_endpoint_url and the like reach this process's own file calls too
     _size_local_runner(beam, parsed.rest, lambda: None if work_s is None else work_s(parsed.config, parsed.paths))

@@ -26,10 +26,11 @@ C = TypeVar("C")
 
 @dataclasses.dataclass
 class ParsedConfig(Generic[C]):
-    """What a command line gave: the typed config, the required paths, and the flags left for others (Beam)."""
+    """What a command line gave: the typed config, the paths (an optional one not given: None), and the flags
+    left for others (Beam)."""
 
     config: C
-    paths: dict[str, str]
+    paths: dict[str, str | None]
     rest: list[str]
     params_file: str | None
 
@@ -80,6 +81,7 @@ def parse_config(
     description: str,
     prog: str | None = None,
     allow_rest: bool = False,
+    optional_paths: dict[str, str] | None = None,
 ) -> ParsedConfig[C]:
     """Reads the config ``config_cls`` of a command from ``argv`` and ``params.yaml``'s ``section``.
 
@@ -91,6 +93,7 @@ def parse_config(
         description: ``--help`` text.
         prog: the program name ``--help`` shows.
         allow_rest: keep flags this parser does not know in ``rest`` (for Beam) instead of refusing them.
+        optional_paths: flag name → help for paths the command may be given (None in ``paths`` when not).
 
     Precedence: flag > ``params.yaml`` > the dataclass default. A key of the section that is no field is refused.
     """
@@ -99,6 +102,8 @@ def parse_config(
     parser.add_argument(VERBOSE_FLAG, action="store_true", help="on an error, the full trace instead of one line")
     for name, help_text in paths.items():
         parser.add_argument(f"--{name}", required=True, help=help_text)
+    for name, help_text in (optional_paths or {}).items():
+        parser.add_argument(f"--{name}", help=f"{help_text} (optional)")
     hints = typing.get_type_hints(config_cls)
     for field in dataclasses.fields(config_cls):
         _add_field(parser, field, hints)
@@ -111,4 +116,5 @@ def parse_config(
     values = {k: v for k, v in values.items() if k in names}
     values.update({k: getattr(known, k) for k in names if hasattr(known, k)})
     params_file = known.params if Path(known.params).exists() else None
-    return ParsedConfig(config_cls(**values), {k: getattr(known, k) for k in paths}, rest, params_file)
+    given = {k: getattr(known, k) for k in [*paths, *(optional_paths or {})]}
+    return ParsedConfig(config_cls(**values), given, rest, params_file)

@@ -36,7 +36,7 @@ from apache_beam.transforms.combiners import TopCombineFn
 
 from pipelines import files
 
-__all__ = ["COUNTS_FILE", "Counted", "Counters", "Smallest", "owning_outputs", "run_and_count"]
+__all__ = ["COUNTS_FILE", "Counted", "Counters", "Smallest", "owning_outputs", "run_and_count", "run_and_count_each"]
 
 COUNTS_FILE = ".tmp-counts.json"  # in the ``.tmp-*`` names ``owning_outputs`` clears, so a failed run leaves none
 _FILLING = threading.local()  # .tallies: the tallies being filled on this thread, innermost last
@@ -204,6 +204,17 @@ def run_and_count(pipeline: beam.Pipeline, folder: str, *counters: Counters) -> 
     Raises:
         RuntimeError: when the run ended without writing the counts (a runner that skipped the last step).
     """
+    return _totals(_run_and_tally(pipeline, folder), counters)
+
+
+def run_and_count_each(pipeline: beam.Pipeline, folder: str, *counters: Counters) -> list[dict[str, int]]:
+    """``run_and_count``, with each of ``counters`` totalled apart: one dict per ``Counters``, in their order (a
+    step that fills several outputs counts each under a namespace of its own)."""
+    tally = _run_and_tally(pipeline, folder)
+    return [_totals(tally, [c]) for c in counters]
+
+
+def _run_and_tally(pipeline: beam.Pipeline, folder: str) -> list[tuple[str, str, int]]:
     path = files.join(folder, COUNTS_FILE)
     visitor = _Leaves()
     pipeline.visit(visitor)
@@ -213,6 +224,11 @@ def run_and_count(pipeline: beam.Pipeline, folder: str, *counters: Counters) -> 
         raise RuntimeError(f"{path}: the pipeline finished without writing its counts; did the runner skip a step?")
     rows = json.loads(files.read_bytes(path))
     files.delete_if_exists(path)
+    return rows
+
+
+def _totals(rows: list[tuple[str, str, int]], counters: Sequence[Counters]) -> dict[str, int]:
+    """The declared names of ``counters`` (0 when never counted), each summed over their namespaces, sorted."""
     declared = {(c.namespace, name) for c in counters for name in c.names}
     totals = {name: 0 for c in counters for name in c.names}
     for namespace, name, n in rows:

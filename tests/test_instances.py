@@ -167,13 +167,32 @@ def test_reruns_are_byte_identical_with_one_or_two_workers_and_the_seed_matters(
 def test_dupe_factor_zero_writes_empty_training_shards_and_the_held_out_ones(
     pipeline_run: PipelineRun, tmp_path: Path
 ) -> None:
-    """The eval_shards stages hold out documents only: their train shards exist, with the schema and no rows."""
+    """The held-out documents alone (what --eval_output writes): the train shards exist, with the schema and no
+    rows."""
     run_instances(pipeline_run, tmp_path / "held", "--dupe_factor=0", *LOCAL)
     manifest = Manifest.read(tmp_path / "held", verify=True)
     assert all(s.rows == 0 for s in manifest.split("train")) and sum(s.rows for s in manifest.split("validation"))
     assert open_shard(str(tmp_path / "held" / manifest.split("train")[0].file)).schema == shard_schema(
         manifest.vocab_size, manifest.max_seq_length
     )
+
+
+def test_eval_output_is_the_held_out_documents_paired_each_way_byte_for_byte(
+    pipeline_run: PipelineRun, tmp_path: Path
+) -> None:
+    """One run writes the shards and, from the same encoding, what ``--inter_sentence X --dupe_factor 0`` writes
+    for sop and nsp; the shards themselves are unchanged by it."""
+    run_instances(pipeline_run, tmp_path / "shards", "--eval_output", str(tmp_path / "eval"), *LOCAL)
+    assert _hashes(tmp_path / "shards") == _hashes(pipeline_run.shards)
+    assert (tmp_path / "shards" / MANIFEST).read_bytes() == (pipeline_run.shards / MANIFEST).read_bytes()
+    for objective in ("sop", "nsp"):
+        alone = tmp_path / f"alone-{objective}"
+        run_instances(pipeline_run, alone, f"--inter_sentence={objective}", "--dupe_factor=0", *LOCAL)
+        together = tmp_path / "eval" / objective
+        assert _hashes(together) == _hashes(alone) and len(_hashes(alone)) == len(Manifest.read(alone).shards)
+        assert (together / MANIFEST).read_bytes() == (alone / MANIFEST).read_bytes()
+        assert sorted(p.name for p in together.iterdir()) == sorted(p.name for p in alone.iterdir())
+    assert _hashes(tmp_path / "eval" / "sop") != _hashes(tmp_path / "eval" / "nsp")
 
 
 def test_a_corrupt_sentence_file_fails_naming_it_and_leaves_no_manifest(
