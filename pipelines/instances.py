@@ -31,12 +31,12 @@ import sentencepiece as spm
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files, progress
+from pipelines.batch_hashes import stable_hashes64
 from pipelines.commands import main
 from pipelines.documents import STATS, finished_files, read_stats
 from pipelines.masked_pairs import Instances, Items, build_instances
 from pipelines.masking import MaskingConfig, TokenClasses
 from pipelines.options import input_mb, parse_stage_args
-from pipelines.seeding import unit_interval
 from pipelines.shards import (
     MANIFEST,
     SCHEMA_VERSION,
@@ -144,8 +144,8 @@ class _BuildShardsFn(beam.DoFn):
         for position, (output, (pairs, masking)) in enumerate(zip(self.outputs, self.knobs, strict=True)):
             config, counters = output.config, output.counters
             fraction = config.validation_fraction
-            if fraction not in held_out:
-                held_out[fraction] = np.array([unit_interval("validation", i) < fraction for i in ids], bool)
+            if fraction not in held_out:  # unit_interval("validation", id) < fraction
+                held_out[fraction] = stable_hashes64(("validation",), table.column("id")) / 2.0**64 < fraction
             counters.inc("documents", len(ids))
             for split, items in _items(ids, held_out[fraction], config).items():
                 tables, keys = [], []
@@ -164,8 +164,10 @@ class _BuildShardsFn(beam.DoFn):
 
     def _encode(self, sentences: pa.ChunkedArray) -> Documents:
         """Returns the file's documents (a list of sentences each) as piece ids."""
-        # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence.
-        tokens, lengths = _encode_ids(self.sp, pc.list_flatten(sentences).to_pylist())
+        # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence. It takes
+        # UTF-8 bytes as it takes str, and bytes objects cost Arrow no decoding to make.
+        texts = pc.list_flatten(sentences).cast(pa.binary()).to_pylist()
+        tokens, lengths = _encode_ids(self.sp, texts)
         return Documents.from_lengths(tokens, lengths, pc.list_value_length(sentences).to_numpy())
 
 
@@ -197,7 +199,7 @@ def _table(schema: pa.Schema, built: Instances, items: Items) -> pa.Table:
     return rows_table(schema, lists, scalars)
 
 
-def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str] | list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Returns ``sp.encode(texts)`` flattened: every text's piece ids end to end (int32) and each one's count."""
     # The C++ int32 buffers of SentencePiece's "numpy" output, joined once, without the per-text np.frombuffer of
     # its public wrapper (slower than lists). sp.encode's lists make a Python int per piece: on the embedded corpus

@@ -15,8 +15,9 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from pipelines.batch_hashes import stable_hashes64
 from pipelines.masking import MaskedBatch, MaskingConfig, TokenClasses, mask_batch
-from pipelines.seeding import mix_keys, stable_hash64
+from pipelines.seeding import mix_keys
 from pipelines.sop import INTER_SENTENCE_MODES, NSP, Documents, PairConfig, PairSpans, pair_spans
 from pipelines.vocab_layout import CLS_ID, SEP_ID
 
@@ -97,8 +98,7 @@ class _Sequences(NamedTuple):
 
 def _seeds(purpose: str, seed: int, items: Items) -> np.ndarray:
     """Returns ``stable_hash64(purpose, seed, document_id, duplicate)`` of every item, as uint64."""
-    triples = zip(items.document_id, items.duplicate.tolist(), strict=True)
-    return np.fromiter((stable_hash64(purpose, seed, d, k) for d, k in triples), np.uint64, len(items.duplicate))
+    return stable_hashes64((purpose, seed), items.document_id, items.duplicate)
 
 
 def _pair_sequences(documents: Documents, items: Items, seed: int, pairs: PairConfig) -> _Sequences:
