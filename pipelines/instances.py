@@ -97,7 +97,8 @@ def _outputs(
     config: InstancesConfig, output: str, eval_output: str | None, num_files: int, schema: pa.Schema
 ) -> list[ShardOutput]:
     """The stage's shard folders: ``output`` with ``config``, then, with ``eval_output``, one folder per
-    ``EVAL_OBJECTIVES`` holding the held-out documents alone (``dupe_factor`` 0) paired that way."""
+    ``EVAL_OBJECTIVES`` holding the held-out documents alone (``dupe_factor`` 0) paired that way; all hold out
+    the same documents (one ``validation_fraction``)."""
     outputs = [ShardOutput(ShardWriter(output, num_files, schema, files.write_bytes_atomically, files.join), config,
                            Counters("instances", *COUNTED))]  # fmt: skip
     for objective in EVAL_OBJECTIVES if eval_output else ():
@@ -140,27 +141,31 @@ class _BuildShardsFn(beam.DoFn):
         table = files.read_parquet(path, columns=["id", "sentences"])
         ids = table.column("id").to_pylist()
         documents = self._encode(table.column("sentences"))
-        held_out: dict[float, np.ndarray] = {}  # by validation_fraction: the outputs share one
-        for position, (output, (pairs, masking)) in enumerate(zip(self.outputs, self.knobs, strict=True)):
-            config, counters = output.config, output.counters
-            fraction = config.validation_fraction
-            if fraction not in held_out:  # unit_interval("validation", id) < fraction
-                held_out[fraction] = stable_hashes64(("validation",), table.column("id")) / 2.0**64 < fraction
-            counters.inc("documents", len(ids))
-            for split, items in _items(ids, held_out[fraction], config).items():
-                tables, keys = [], []
-                # Chunks bound the working memory however large the file or dupe_factor.
-                for chunk in _chunks(items, documents.document_tokens()[items.document]):
-                    built = build_instances(documents, chunk, config.seed, pairs, masking, self.classes)
-                    tables.append(_table(output.writer.schema, built, chunk))
-                    keys.append(built.keys)
-                    counters.inc("instances", len(built))
-                    counters.inc("tokens", len(built.input_ids))
-                    counters.inc("masked_tokens", len(built.masked.positions))
-                # A chunk's rows come in key order: only several chunks need merging.
-                shard = tables[0] if len(tables) == 1 else sorted_by_key(tables, keys)
+        # unit_interval("validation", id) < fraction for every id at once; the outputs share the fraction.
+        fraction = self.outputs[0].config.validation_fraction
+        held_out = stable_hashes64(("validation",), table.column("id")) / 2.0**64 < fraction
+        for position, (output, knobs) in enumerate(zip(self.outputs, self.knobs, strict=True)):
+            output.counters.inc("documents", len(ids))
+            for split, items in _items(ids, held_out, output.config).items():
+                shard = self._rows(documents, items, output, *knobs)
                 yield position, output.writer.write_shard(split, index, shard)
         progress.advance()  # every shard of the file written
+
+    def _rows(
+        self, documents: Documents, items: Items, output: ShardOutput, pairs: PairConfig, masking: MaskingConfig
+    ) -> pa.Table:
+        """Returns one shard's rows: ``items`` paired and masked, in key order."""
+        tables, keys = [], []
+        # Chunks bound the working memory however large the file or dupe_factor.
+        for chunk in _chunks(items, documents.document_tokens()[items.document]):
+            built = build_instances(documents, chunk, output.config.seed, pairs, masking, self.classes)
+            tables.append(_table(output.writer.schema, built, chunk))
+            keys.append(built.keys)
+            output.counters.inc("instances", len(built))
+            output.counters.inc("tokens", len(built.input_ids))
+            output.counters.inc("masked_tokens", len(built.masked.positions))
+        # A chunk's rows come in key order: only several chunks need merging.
+        return tables[0] if len(tables) == 1 else sorted_by_key(tables, keys)
 
     def _encode(self, sentences: pa.ChunkedArray) -> Documents:
         """Returns the file's documents (a list of sentences each) as piece ids."""
