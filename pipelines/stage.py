@@ -219,7 +219,13 @@ def _run_and_tally(pipeline: beam.Pipeline, folder: str) -> list[tuple[str, str,
     visitor = _Leaves()
     pipeline.visit(visitor)
     _ = tuple(visitor.leaves()) | "WriteCounts" >> _WriteCounts(path)
-    pipeline.run().wait_until_finish()
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the Dask runner opens a client per pipeline and leaves it open
+        if client is not None:
+            client.close()
     if not files.exists(path):
         raise RuntimeError(f"{path}: the pipeline finished without writing its counts; did the runner skip a step?")
     rows = json.loads(files.read_bytes(path))

@@ -103,19 +103,20 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             client.wait_for_workers(2, timeout=60)
         yield address
     finally:
-        _close_clients()
+        assert _open_clients() == 0, "a stage left its Dask client open"
         for process in reversed(processes):
             _stop(process)
 
 
-def _close_clients() -> None:
-    # The Dask runner opens a client per pipeline and leaves it open: closed here, they do not try to reconnect
-    # to the stopped scheduler (a traceback each at exit).
+def _open_clients() -> int:
+    """Clients of this process still open: each would try to reconnect to the stopped scheduler at exit."""
+    count = 0
     while True:
         try:
-            distributed.default_client().close()
+            distributed.default_client().close()  # closed, so the next one shows, and none outlives the test
         except ValueError:  # no client left
-            return
+            return count
+        count += 1
 
 
 def _tasks_done(address: str) -> dict[str, int]:
