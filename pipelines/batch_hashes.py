@@ -4,7 +4,7 @@ The instances stage seeds two or three generators per (document, duplicate) and 
 of their ids: at ``dupe_factor`` 16, half a million ``hashlib`` calls a corpus of 13 k documents, each ~1 µs of
 interpreter work around a sub-microsecond digest. Here Arrow builds every key string (``str`` of each part,
 joined by ``\\x1f``, as ``stable_hash64`` does) in C++, and a compiled SHA-256 hashes them all: the same 64 bits,
-a few times cheaper. ``tests/test_seeding.py`` checks both against ``hashlib`` and ``stable_hash64``.
+a few times cheaper. ``tests/test_batch_hashes.py`` checks both against ``hashlib`` and ``stable_hash64``.
 """
 
 from __future__ import annotations
@@ -127,6 +127,6 @@ def stable_hashes64(prefix: Sequence[object], *columns: Sequence[object] | np.nd
     keys = pc.binary_join_element_wise(
         *(pa.scalar(str(part)) for part in prefix), *(_strings(column) for column in columns), SEPARATOR
     )
-    offsets = np.frombuffer(keys.buffers()[1], np.int32, len(keys) + 1, keys.offset * 4).astype(np.int64)
-    data = np.frombuffer(keys.buffers()[2], np.uint8) if keys.buffers()[2] is not None else np.empty(0, np.uint8)
-    return sha256_first64(data, offsets)
+    _, offsets, data = keys.buffers()  # validity, int32 offsets, UTF-8 bytes (None when every key is empty)
+    offsets = np.frombuffer(offsets, np.int32, len(keys) + 1, keys.offset * 4).astype(np.int64)
+    return sha256_first64(np.empty(0, np.uint8) if data is None else np.frombuffer(data, np.uint8), offsets)

@@ -99,13 +99,16 @@ def _outputs(
     """The stage's shard folders: ``output`` with ``config``, then, with ``eval_output``, one folder per
     ``EVAL_OBJECTIVES`` holding the held-out documents alone (``dupe_factor`` 0) paired that way; all hold out
     the same documents (one ``validation_fraction``)."""
-    outputs = [ShardOutput(ShardWriter(output, num_files, schema, files.write_bytes_atomically, files.join), config,
-                           Counters("instances", *COUNTED))]  # fmt: skip
+
+    def writer(folder: str) -> ShardWriter:
+        return ShardWriter(folder, num_files, schema, files.write_bytes_atomically, files.join)
+
+    outputs = [ShardOutput(writer(output), config, Counters("instances", *COUNTED))]
     for objective in EVAL_OBJECTIVES if eval_output else ():
-        folder = files.join(eval_output, objective)
-        writer = ShardWriter(folder, num_files, schema, files.write_bytes_atomically, files.join)
         held_out = dataclasses.replace(config, inter_sentence=objective, dupe_factor=0)
-        outputs.append(ShardOutput(writer, held_out, Counters(f"eval_{objective}", *COUNTED)))
+        outputs.append(
+            ShardOutput(writer(files.join(eval_output, objective)), held_out, Counters(f"eval_{objective}", *COUNTED))
+        )
     return outputs
 
 
