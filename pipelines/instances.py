@@ -142,11 +142,11 @@ class _BuildShardsFn(beam.DoFn):
     def process(self, indexed_path: tuple[int, str]) -> Iterator[tuple[int, ShardInfo]]:
         index, path = indexed_path
         table = files.read_parquet(path, columns=["id", "sentences"])
-        ids = table.column("id").to_pylist()
+        ids = table.column("id").combine_chunks()  # stays Arrow: hashed, taken per item and written, never decoded
         documents = self._encode(table.column("sentences"))
         # unit_interval("validation", id) < fraction for every id at once; the outputs share the fraction.
         fraction = self.outputs[0].config.validation_fraction
-        held_out = stable_hashes64(("validation",), table.column("id")) / 2.0**64 < fraction
+        held_out = stable_hashes64(("validation",), ids) / 2.0**64 < fraction
         for position, (output, knobs) in enumerate(zip(self.outputs, self.knobs, strict=True)):
             output.counters.inc("documents", len(ids))
             for split, items in _items(ids, held_out, output.config).items():
@@ -179,7 +179,7 @@ class _BuildShardsFn(beam.DoFn):
         return Documents.from_lengths(tokens, lengths, pc.list_value_length(sentences).to_numpy())
 
 
-def _items(ids: list[str], held_out: np.ndarray, config: InstancesConfig) -> dict[str, Items]:
+def _items(ids: pa.Array, held_out: np.ndarray, config: InstancesConfig) -> dict[str, Items]:
     """Returns per split the items to build: its documents (their positions in the file) once per duplicate."""
     dupes = {"train": config.dupe_factor, "validation": config.validation_dupe_factor}
     items = {}
@@ -187,7 +187,7 @@ def _items(ids: list[str], held_out: np.ndarray, config: InstancesConfig) -> dic
         positions = np.flatnonzero(held_out == (split == "validation"))
         document = np.repeat(positions, dupes[split])
         duplicate = np.tile(np.arange(dupes[split], dtype=np.int64), len(positions))
-        items[split] = Items(document, [ids[d] for d in document.tolist()], duplicate)
+        items[split] = Items(document, ids.take(document), duplicate)
     return items
 
 
@@ -200,7 +200,7 @@ def _table(schema: pa.Schema, built: Instances, items: Items) -> pa.Table:
     }
     scalars = {
         "sentence_order_label": built.sentence_order_label,
-        "document_id": pa.array(items.document_id, pa.string()).take(built.item),
+        "document_id": items.document_id.take(built.item),
         "duplicate": items.duplicate[built.item],
         "target_length": built.target_length,
     }

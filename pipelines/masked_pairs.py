@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numba
 import numpy as np
+import pyarrow as pa
 
 from pipelines.batch_hashes import stable_hashes64
 from pipelines.masking import MaskedBatch, MaskingConfig, TokenClasses, mask_batch
@@ -28,7 +29,7 @@ class Items(NamedTuple):
     """Duplicates of documents, as columns: the units whose pairs one generator draws."""
 
     document: np.ndarray  # int64: the document's index in the ``Documents`` built from
-    document_id: Sequence[str]  # the stable id that seeds the generator, one per item
+    document_id: Sequence[str] | pa.Array  # the stable id that seeds the generator, one per item
     duplicate: np.ndarray  # int64: which of the dupe_factor passes this is (another seed, other pairs and masks)
 
 
