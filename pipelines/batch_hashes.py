@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["sha256_first64", "stable_hashes64"]
+from pipelines.hashes import KEY_SEPARATOR
 
-SEPARATOR = "\x1f"  # stable_hash64's: between the str() of each part
+__all__ = ["sha256_first64", "stable_hashes64"]
 
 # FIPS 180-4: the first 32 bits of the fractional parts of the cube roots of the first 64 primes (round
 # constants) and of the square roots of the first 8 (initial hash value), computed rather than typed in.
@@ -125,7 +125,7 @@ def stable_hashes64(prefix: Sequence[object], *columns: Sequence[object] | np.nd
     """Returns ``stable_hash64(*prefix, *row)`` for every row of ``columns`` (equal lengths), as uint64: the
     columns hold strings or integers (lists, numpy or Arrow arrays), the prefix any values."""
     keys = pc.binary_join_element_wise(
-        *(pa.scalar(str(part)) for part in prefix), *(_strings(column) for column in columns), SEPARATOR
+        *(pa.scalar(str(part)) for part in prefix), *(_strings(column) for column in columns), KEY_SEPARATOR
     )
     _, offsets, data = keys.buffers()  # validity, int32 offsets, UTF-8 bytes (None when every key is empty)
     offsets = np.frombuffer(offsets, np.int32, len(keys) + 1, keys.offset * 4).astype(np.int64)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import random
 
-__all__ = ["rng_for", "stable_hash64", "unit_interval"]
+__all__ = ["KEY_SEPARATOR", "rng_for", "stable_hash64", "unit_interval"]
+
+KEY_SEPARATOR = "\x1f"  # between the str() of the parts a key is hashed from (``batch_hashes`` joins them alike)
 
 
 def stable_hash64(*parts: object) -> int:
     """Returns a 64-bit integer hash of ``parts`` that is the same on every machine, process and run."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
+    digest = hashlib.sha256(KEY_SEPARATOR.join(map(str, parts)).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big")
 
 
