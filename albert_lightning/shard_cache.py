@@ -10,7 +10,8 @@ returns a local folder that ``ShardDataset`` reads like any shard folder:
 
 A blob is used only once its size and sha256 match the manifest: a partial or corrupt one (a killed download, a
 disk error) is deleted and fetched again, and a file that still differs after a second download is an error
-naming the remote file. Every file goes in under a temporary name and is renamed into place, so processes that
+naming the remote file; a temporary file a killed download left behind goes once no process has written to it
+for ``ABANDONED_AFTER_S``. Every file goes in under a temporary name and is renamed into place, so processes that
 share the cache (the ranks of a node, or nodes on one shared disk) never read half a file, whichever of them
 writes it; on one machine a lock per blob also makes the other ranks wait for the first download instead of
 repeating it.
@@ -22,8 +23,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from pipelines.shards import MANIFEST, Manifest, file_mismatch
@@ -31,6 +33,9 @@ from pipelines.shards import MANIFEST, Manifest, file_mismatch
 __all__ = ["default_cache_dir", "is_remote", "local_folder"]
 
 DOWNLOAD_ATTEMPTS = 2  # a second try covers a connection cut mid-file; a second mismatch is the remote's fault
+# A download in progress writes its temporary file every few MB: one untouched this long was left by a killed
+# process. Younger ones may be another node's download into a shared cache, which the lock does not reach.
+ABANDONED_AFTER_S = 15 * 60
 
 
 def default_cache_dir() -> Path:
@@ -66,6 +71,7 @@ def local_folder(data_dir: str | os.PathLike, cache_dir: str | os.PathLike | Non
     cache = Path(cache_dir if cache_dir is not None else default_cache_dir()).absolute()  # symlink targets
     folder = cache / "folders" / hashlib.sha256(text).hexdigest()
     folder.mkdir(parents=True, exist_ok=True)
+    _delete_abandoned((cache / "blobs").glob(".tmp-*"))
     for name, size, sha256 in manifest.files():
         blob = _fetched(files.download, files.join(remote, name), cache / "blobs", size, sha256)
         with _renamed_into(folder / name) as tmp:
@@ -100,6 +106,15 @@ def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, siz
         f"{remote}: sha256 {actual} in {DOWNLOAD_ATTEMPTS} downloads, but {MANIFEST} says {sha256}: the file "
         "changed after its manifest was written; rerun the instances stage"
     )
+
+
+def _delete_abandoned(temporaries: Iterable[Path]) -> None:
+    """Deletes the temporary files that no download has written to for ``ABANDONED_AFTER_S``."""
+    now = time.time()
+    for tmp in temporaries:
+        with contextlib.suppress(FileNotFoundError):  # renamed or deleted meanwhile by its owner
+            if now - tmp.stat().st_mtime > ABANDONED_AFTER_S:
+                tmp.unlink()
 
 
 @contextlib.contextmanager

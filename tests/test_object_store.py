@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -175,6 +176,20 @@ def test_a_download_cut_short_is_fetched_again(
     folder = shard_cache.local_folder(bucket_shards, tmp_path / "cache")
     Manifest.read(folder, verify=True)
     assert counted_downloads.count(cut[0]) == 2 and len(counted_downloads) == len(set(counted_downloads)) + 1
+
+
+def test_a_killed_downloads_temporary_file_goes_once_abandoned(
+    bucket_shards: str, counted_downloads: list[str], tmp_path: Path
+) -> None:
+    blobs = tmp_path / "cache" / "blobs"
+    blobs.mkdir(parents=True)
+    abandoned, live = blobs / f".tmp-{'a' * 32}-{'0' * 64}", blobs / f".tmp-{'b' * 32}-{'1' * 64}"
+    abandoned.write_bytes(b"half a shard")
+    live.write_bytes(b"a download in progress")
+    written = time.time() - shard_cache.ABANDONED_AFTER_S - 60
+    os.utime(abandoned, (written, written))
+    shard_cache.local_folder(bucket_shards, tmp_path / "cache")
+    assert not abandoned.exists() and live.exists()
 
 
 def test_ranks_sharing_a_cache_download_each_file_once(
