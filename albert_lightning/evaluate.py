@@ -96,6 +96,11 @@ class TaskData:
     files: dict[str, SplitFile]  # split → where it was read from
 
 
+# The folders of the runs' outputs: every dev (and audited test) prediction, and each span task's fine-tuned
+# network as a Hugging Face folder.
+OUTPUT_FOLDERS = ("predictions", "finetuned")
+
+
 def check_task(name: str, config: EvaluateConfig) -> dict[str, SplitFile]:
     """Reads every file a run of task ``name`` reads, so that a missing or malformed one fails before any
     fine-tuning; returns the files by split.
@@ -336,6 +341,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "tasks": {},
     }
     table = write_report(report, config.output)
+    for folder in OUTPUT_FOLDERS:  # there even when no task writes into it: dvc.yaml declares each one
+        (Path(config.output) / folder).mkdir(parents=True, exist_ok=True)
     for task in tasks:
         if isinstance(task, ReadingTask):
             result = evaluate_reading_task(task, config, pretrained, encoder)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import sentencepiece as spm
 import torch
+import yaml
 
 from albert_lightning import evaluate
 from albert_lightning.eval_report import read_predictions, write_report
@@ -192,6 +193,15 @@ def test_same_checkpoint_gives_the_same_bytes_and_a_learning_curve(
     # The audited run: the pretrained start's first seed on every training example
     assert line["id"] is None and line["prediction"] == line["pretrained"]["12"][0] and 0.5 <= line["score"] <= 1
     assert not (tmp_path / "a/glue_submission").exists()  # no GLUE task with a test file
+    # Every out dvc.yaml declares for the stage exists, or `dvc repro` would fail after the run.
+    stage = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["stages"]["evaluate"]
+    outs = [
+        next(iter(out)) if isinstance(out, dict) else out
+        for kind in ("outs", "metrics", "plots")
+        for out in stage[kind]
+    ]
+    assert outs and all(out.startswith("data/eval/") for out in outs)
+    assert [out for out in outs if not (tmp_path / "a" / out.removeprefix("data/eval/")).exists()] == []
 
 
 def test_without_random_baseline_only_the_pretrained_scores(
