@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,16 @@ def no_distributed_state_leaks():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(autouse=True, scope="session")
+def temporary_files_under_basetemp(tmp_path_factory: pytest.TempPathFactory):
+    """Beam makes a temporary folder for every Pipeline object and deletes it only when the pipeline runs, so each
+    test that builds one without running it would leave a folder in /tmp: the tests' go under pytest's own."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tempfile"))
+    yield
+    tempfile.tempdir = saved
 
 
 @pytest.fixture(scope="module")
