@@ -44,66 +44,69 @@ def _exact_root_bits(prime: int, degree: int) -> int:
     return low & 0xFFFFFFFF
 
 
-_K = np.array([_exact_root_bits(p, 3) for p in _primes(64)], dtype=np.uint64)
-_H0 = np.array([_exact_root_bits(p, 2) for p in _primes(8)], dtype=np.uint64)
-_MASK = np.uint64(0xFFFFFFFF)
+_K = np.array([_exact_root_bits(p, 3) for p in _primes(64)], dtype=np.uint32)
+_H0 = np.array([_exact_root_bits(p, 2) for p in _primes(8)], dtype=np.uint32)
+
+# numba widens integer arithmetic to 64 bits, so every sum and left shift below is cast back to uint32 (mod 2 ** 32)
+# before a right shift could pull its high bits down; a store into a uint32 array truncates the same way.
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _rotr(x, n):
-    return ((x >> np.uint64(n)) | (x << np.uint64(32 - n))) & _MASK
+    return np.uint32((x >> np.uint32(n)) | (x << np.uint32(32 - n)))
 
 
-@numba.njit(cache=True, nogil=True)
-def _compress(state, block, w, k):
-    """One SHA-256 block (64 bytes of ``block``) into ``state``; 32-bit words held in uint64, masked."""
-    for t in range(16):
-        w[t] = (
-            (np.uint64(block[4 * t]) << np.uint64(24))
-            | (np.uint64(block[4 * t + 1]) << np.uint64(16))
-            | (np.uint64(block[4 * t + 2]) << np.uint64(8))
-            | np.uint64(block[4 * t + 3])
-        )
+@numba.njit(cache=True, nogil=True, inline="always")
+def _compress(state, w, k):
+    """One SHA-256 block into ``state``: ``w[:16]`` holds its big-endian words; ``w[16:]`` is scratch."""
     for t in range(16, 64):
-        s0 = _rotr(w[t - 15], 7) ^ _rotr(w[t - 15], 18) ^ (w[t - 15] >> np.uint64(3))
-        s1 = _rotr(w[t - 2], 17) ^ _rotr(w[t - 2], 19) ^ (w[t - 2] >> np.uint64(10))
-        w[t] = (w[t - 16] + s0 + w[t - 7] + s1) & _MASK
+        x, y = w[t - 15], w[t - 2]
+        s0 = _rotr(x, 7) ^ _rotr(x, 18) ^ (x >> np.uint32(3))
+        s1 = _rotr(y, 17) ^ _rotr(y, 19) ^ (y >> np.uint32(10))
+        w[t] = np.uint32(w[t - 16] + s0 + w[t - 7] + s1)
     a, b, c, d, e, f, g, h = state[0], state[1], state[2], state[3], state[4], state[5], state[6], state[7]
     for t in range(64):
-        t1 = (h + (_rotr(e, 6) ^ _rotr(e, 11) ^ _rotr(e, 25)) + ((e & f) ^ (~e & _MASK & g)) + k[t] + w[t]) & _MASK
-        t2 = ((_rotr(a, 2) ^ _rotr(a, 13) ^ _rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c))) & _MASK
-        a, b, c, d, e, f, g, h = (t1 + t2) & _MASK, a, b, c, (d + t1) & _MASK, e, f, g
-    state[0] = (state[0] + a) & _MASK
-    state[1] = (state[1] + b) & _MASK
-    state[2] = (state[2] + c) & _MASK
-    state[3] = (state[3] + d) & _MASK
-    state[4] = (state[4] + e) & _MASK
-    state[5] = (state[5] + f) & _MASK
-    state[6] = (state[6] + g) & _MASK
-    state[7] = (state[7] + h) & _MASK
+        t1 = np.uint32(h + (_rotr(e, 6) ^ _rotr(e, 11) ^ _rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[t] + w[t])
+        t2 = np.uint32((_rotr(a, 2) ^ _rotr(a, 13) ^ _rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c)))
+        h, g, f, e, d, c, b, a = g, f, e, np.uint32(d + t1), c, b, a, np.uint32(t1 + t2)
+    state[0] += a
+    state[1] += b
+    state[2] += c
+    state[3] += d
+    state[4] += e
+    state[5] += f
+    state[6] += g
+    state[7] += h
 
 
 @numba.njit(cache=True, nogil=True)
 def _first64(data, offsets, k, h0, out):
-    state, w, block = np.empty(8, np.uint64), np.empty(64, np.uint64), np.empty(64, np.uint8)
+    state, w, block = np.empty(8, np.uint32), np.empty(64, np.uint32), np.empty(64, np.uint8)
     for i in range(len(out)):
         lo, hi = offsets[i], offsets[i + 1]
         state[:] = h0
         length = hi - lo
         blocks = (length + 8) // 64 + 1  # the message, the 0x80 byte and the 8-byte bit length, padded
         for b in range(blocks):
-            block[:] = 0
             start = lo + 64 * b
             take = min(64, max(0, hi - start))
             block[:take] = data[start : start + take]
+            block[take:] = 0
             if 0 <= length - 64 * b < 64:
                 block[length - 64 * b] = 0x80
             if b == blocks - 1:
                 bits = np.uint64(length) * np.uint64(8)
                 for j in range(8):
                     block[63 - j] = (bits >> np.uint64(8 * j)) & np.uint64(0xFF)
-            _compress(state, block, w, k)
-        out[i] = (state[0] << np.uint64(32)) | state[1]
+            for t in range(16):
+                w[t] = (
+                    (np.uint32(block[4 * t]) << np.uint32(24))
+                    | (np.uint32(block[4 * t + 1]) << np.uint32(16))
+                    | (np.uint32(block[4 * t + 2]) << np.uint32(8))
+                    | np.uint32(block[4 * t + 3])
+                )
+            _compress(state, w, k)
+        out[i] = (np.uint64(state[0]) << np.uint64(32)) | np.uint64(state[1])
 
 
 def sha256_first64(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from pipelines import files, progress
 from pipelines.batch_hashes import stable_hashes64
 from pipelines.commands import main
 from pipelines.documents import STATS, finished_files, read_stats
-from pipelines.masked_pairs import Instances, Items, build_instances
+from pipelines.masked_pairs import Instances, Items, build_planned, plan_pairs
 from pipelines.masking import MaskingConfig, TokenClasses
 from pipelines.options import input_mb, parse_stage_args
 from pipelines.shards import (
@@ -47,7 +47,6 @@ from pipelines.shards import (
     ShardWriter,
     rows_table,
     shard_schema,
-    sorted_by_key,
 )
 from pipelines.sop import Documents, PairConfig
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
@@ -158,17 +157,17 @@ class _BuildShardsFn(beam.DoFn):
         self, documents: Documents, items: Items, output: ShardOutput, pairs: PairConfig, masking: MaskingConfig
     ) -> pa.Table:
         """Returns one shard's rows: ``items`` paired and masked, in key order."""
-        tables, keys = [], []
-        # Chunks bound the working memory however large the file or dupe_factor.
-        for chunk in _chunks(items, documents.document_tokens()[items.document]):
-            built = build_instances(documents, chunk, output.config.seed, pairs, masking, self.classes)
-            tables.append(_table(output.writer.schema, built, chunk))
-            keys.append(built.keys)
+        plan = plan_pairs(documents, items, output.config.seed, pairs)
+        tables = []
+        # Runs of rows bound the working memory however large the file or dupe_factor. The plan is in key order,
+        # so the runs' tables end to end are the shard in its final order: no merge, no gather of rows.
+        for rows in _runs(plan.row_tokens()):
+            built = build_planned(documents, plan.rows(rows), masking, self.classes)
+            tables.append(_table(output.writer.schema, built, items))
             output.counters.inc("instances", len(built))
             output.counters.inc("tokens", len(built.input_ids))
             output.counters.inc("masked_tokens", len(built.masked.positions))
-        # A chunk's rows come in key order: only several chunks need merging.
-        return tables[0] if len(tables) == 1 else sorted_by_key(tables, keys)
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
     def _encode(self, sentences: pa.ChunkedArray) -> Documents:
         """Returns the file's documents (a list of sentences each) as piece ids."""
@@ -219,20 +218,19 @@ def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str] | list[bytes]) 
     return np.frombuffer(bytearray().join(buffers), dtype=np.int32), lengths
 
 
-CHUNK_TOKENS = 1 << 18  # source tokens built and masked at once: ~20 MB of working arrays
+RUN_TOKENS = 1 << 18  # tokens of the rows laid out and masked at once: ~20 MB of working arrays
 
 
-def _chunks(items: Items, sizes: np.ndarray) -> Iterator[Items]:
-    """Yields consecutive runs of items holding about ``CHUNK_TOKENS`` source tokens (``sizes``: each item's);
-    one empty run for no items."""
-    start, tokens = 0, 0
-    for end, size in enumerate(sizes.tolist(), 1):
-        tokens += size
-        if tokens >= CHUNK_TOKENS:
-            yield Items(*(column[start:end] for column in items))
-            start, tokens = end, 0
-    if start < len(sizes) or not len(sizes):
-        yield Items(*(column[start:] for column in items))  # an empty split (dupe_factor 0) still writes its shard
+def _runs(row_tokens: np.ndarray) -> Iterator[slice]:
+    """Yields consecutive runs of rows holding about ``RUN_TOKENS`` tokens (``row_tokens``: each row's); one
+    empty run for no rows, as an empty split (dupe_factor 0) still writes its shard."""
+    ends = np.cumsum(row_tokens)
+    if not len(ends) or ends[-1] <= RUN_TOKENS:  # one run: the usual case at dupe_factor 1
+        yield slice(0, len(ends))
+        return
+    cuts = np.searchsorted(ends, np.arange(RUN_TOKENS, ends[-1], RUN_TOKENS), side="right")
+    bounds = np.unique(np.concatenate([[0], cuts, [len(row_tokens)]])).tolist()
+    yield from map(slice, bounds[:-1], bounds[1:])
 
 
 class BuildInstances(beam.PTransform):

@@ -22,7 +22,7 @@ from pipelines.seeding import mix_keys
 from pipelines.sop import INTER_SENTENCE_MODES, NSP, Documents, PairConfig, PairSpans, pair_spans
 from pipelines.vocab_layout import CLS_ID, SEP_ID
 
-__all__ = ["Instances", "Items", "build_instances", "document_instances"]
+__all__ = ["Instances", "Items", "PairPlan", "build_instances", "build_planned", "document_instances", "plan_pairs"]
 
 
 class Items(NamedTuple):
@@ -69,32 +69,57 @@ def build_instances(
         masking: the n-gram masking knobs.
         classes: the vocabulary's word-start facts.
     """
-    sequences = _pair_sequences(documents, items, seed, pairs)
-    masked = mask_batch(sequences.tokens, sequences.offsets, sequences.keys, classes, masking)
+    return build_planned(documents, plan_pairs(documents, items, seed, pairs), masking, classes)
+
+
+class PairPlan(NamedTuple):
+    """Sentence pairs drawn but not yet laid out: spans of the documents' tokens, in key order."""
+
+    spans: PairSpans
+    keys: np.ndarray  # uint64 per pair, ascending: seeds its masks, and orders rows in a shard
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def row_tokens(self) -> np.ndarray:
+        """Returns each row's tokens once laid out: ``[CLS] A [SEP] B [SEP]``."""
+        s = self.spans
+        return s.first_hi - s.first_lo + s.second_hi - s.second_lo + 3
+
+    def rows(self, selection: slice) -> PairPlan:
+        """Returns the plan of the selected rows, in order."""
+        return PairPlan(PairSpans(*(column[selection] for column in self.spans)), self.keys[selection])
+
+
+def plan_pairs(documents: Documents, items: Items, seed: int, pairs: PairConfig) -> PairPlan:
+    """Draws every item's sentence pairs from its own generator; returns them in key order, so that consecutive
+    rows of the plan, built in any number of calls, are the rows of a shard in their final order."""
+    nsp = pairs.inter_sentence == INTER_SENTENCE_MODES[NSP]
+    spans = pair_spans(
+        documents, items.document, _seeds("instances", seed, items), pairs, _seeds("nsp", seed, items) if nsp else None
+    )
+    keys = mix_keys(_seeds("masks", seed, items)[spans.item], spans.index.astype(np.uint64))
+    order = np.argsort(keys, kind="stable")  # a pair's key and masks do not depend on where it is laid out
+    return PairPlan(PairSpans(*(column[order] for column in spans)), keys[order])
+
+
+def build_planned(documents: Documents, plan: PairPlan, masking: MaskingConfig, classes: TokenClasses) -> Instances:
+    """Lays out and masks the pairs of ``plan`` (or a run of its rows), in its order."""
+    offsets, num_a = _row_offsets(plan)
+    tokens, types = np.empty(offsets[-1], dtype=np.int64), np.empty(offsets[-1], dtype=np.int8)
+    _lay_out(documents.tokens, *plan.spans[:4], offsets, tokens, types)
+    masked = mask_batch(tokens, offsets, plan.keys, classes, masking)
     return Instances(
         input_ids=masked.input_ids,
-        offsets=sequences.offsets,
-        token_type_ids=sequences.token_type_ids,
-        num_a=sequences.num_a,
+        offsets=offsets,
+        token_type_ids=types,
+        num_a=num_a,
         masked=masked,
-        sentence_order_label=sequences.labels,
-        target_length=sequences.targets,
-        item=sequences.item,
-        keys=sequences.keys,
+        sentence_order_label=plan.spans.label,
+        target_length=plan.spans.target_length,
+        item=plan.spans.item,
+        keys=plan.keys,
     )
-
-
-class _Sequences(NamedTuple):
-    """Unmasked ``[CLS] A [SEP] B [SEP]`` rows as flat columns, each with the key that seeds its masks."""
-
-    tokens: np.ndarray
-    offsets: np.ndarray
-    token_type_ids: np.ndarray
-    num_a: np.ndarray
-    labels: np.ndarray
-    targets: np.ndarray
-    item: np.ndarray
-    keys: np.ndarray
 
 
 def _seeds(purpose: str, seed: int, items: Items) -> np.ndarray:
@@ -102,38 +127,11 @@ def _seeds(purpose: str, seed: int, items: Items) -> np.ndarray:
     return stable_hashes64((purpose, seed), items.document_id, items.duplicate)
 
 
-def _pair_sequences(documents: Documents, items: Items, seed: int, pairs: PairConfig) -> _Sequences:
-    """Draws every item's sentence pairs from its own generator and lays them out as sequences, in key order."""
-    nsp = pairs.inter_sentence == INTER_SENTENCE_MODES[NSP]
-    spans = pair_spans(
-        documents, items.document, _seeds("instances", seed, items), pairs, _seeds("nsp", seed, items) if nsp else None
-    )
-    keys = mix_keys(_seeds("masks", seed, items)[spans.item], spans.index.astype(np.uint64))
-    # Laid out in key order, so that a shard built in one call is in its final order (a pair's key and masks do
-    # not depend on where it is laid out) and its table needs no sort, which costs more than this one.
-    order = np.argsort(keys, kind="stable")
-    spans = PairSpans(*(column[order] for column in spans))
-    offsets, num_a = _row_offsets(spans)
-    tokens, types = np.empty(offsets[-1], dtype=np.int64), np.empty(offsets[-1], dtype=np.int8)
-    _lay_out(documents.tokens, *spans[:4], offsets, tokens, types)
-    return _Sequences(
-        tokens=tokens,
-        offsets=offsets,
-        token_type_ids=types,
-        num_a=num_a,
-        labels=spans.label,
-        targets=spans.target_length,
-        item=spans.item,
-        keys=keys[order],
-    )
-
-
-def _row_offsets(spans: PairSpans) -> tuple[np.ndarray, np.ndarray]:
+def _row_offsets(plan: PairPlan) -> tuple[np.ndarray, np.ndarray]:
     """Returns the rows' offsets ([rows + 1]) and tokens of ``[CLS] A [SEP]``."""
-    num_a = spans.first_hi - spans.first_lo + 2
-    offsets = np.zeros(len(num_a) + 1, dtype=np.int64)
-    np.cumsum(num_a + (spans.second_hi - spans.second_lo) + 1, out=offsets[1:])
-    return offsets, num_a
+    offsets = np.zeros(len(plan) + 1, dtype=np.int64)
+    np.cumsum(plan.row_tokens(), out=offsets[1:])
+    return offsets, plan.spans.first_hi - plan.spans.first_lo + 2
 
 
 @numba.njit(cache=True, nogil=True)

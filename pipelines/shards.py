@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -42,7 +42,6 @@ __all__ = [
     "shard_info",
     "shard_name",
     "shard_schema",
-    "sorted_by_key",
 ]
 
 SCHEMA_VERSION = 2  # 2: the manifest's typed reader fields (inter_sentence, masking, normalizer)
@@ -106,16 +105,6 @@ def rows_table(
     for name, values in scalars.items():
         columns[name] = pa.array(values, type=schema.field(name).type)
     return pa.table([columns[f.name] for f in schema], schema=schema)
-
-
-def sorted_by_key(tables: Sequence[pa.Table], keys: Sequence[np.ndarray]) -> pa.Table:
-    """Returns the rows of ``tables`` as one table sorted by their uint64 ``keys`` (one array per table).
-
-    Sorting by a stable per-row key makes a shard independent of the order a worker built its rows in, so equal
-    inputs give byte-identical shards on any runner.
-    """
-    order = np.argsort(np.concatenate([np.asarray(k, dtype=np.uint64) for k in keys]), kind="stable")
-    return pa.concat_tables(tables).combine_chunks().take(pa.array(order))
 
 
 def serialize_shard(table: pa.Table) -> bytes:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 import sentencepiece as spm
 
+from pipelines import instances
 from pipelines.files import read_parquet
 from pipelines.instances import InstancesConfig, _encode_ids
 from pipelines.masked_pairs import document_instances
@@ -162,6 +163,26 @@ def test_reruns_are_byte_identical_with_one_or_two_workers_and_the_seed_matters(
     run_instances(pipeline_run, tmp_path / "seed", "--seed=8", *LOCAL)
     changed = _hashes(tmp_path / "seed")
     assert all(changed[name] != digest for name, digest in _hashes(pipeline_run.shards).items() if "train" in name)
+
+
+def test_shards_built_in_many_runs_of_rows_are_the_shards_built_at_once(
+    pipeline_run: PipelineRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of rows (which bound a worker's memory) only split the work: their tables end to end are the shard."""
+    runs: list[int] = []
+    whole = instances._runs
+
+    def counted(row_tokens: np.ndarray):
+        found = list(whole(row_tokens))
+        runs.append(len(found))
+        return iter(found)
+
+    monkeypatch.setattr(instances, "RUN_TOKENS", 300)  # a few rows of 128 tokens each
+    monkeypatch.setattr(instances, "_runs", counted)
+    run_instances(pipeline_run, tmp_path / "runs", *LOCAL)
+    assert max(runs) > 10
+    assert _hashes(tmp_path / "runs") == _hashes(pipeline_run.shards)
+    assert (tmp_path / "runs" / MANIFEST).read_bytes() == (pipeline_run.shards / MANIFEST).read_bytes()
 
 
 def test_dupe_factor_zero_writes_empty_training_shards_and_the_held_out_ones(
