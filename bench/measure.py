@@ -7,7 +7,8 @@ the results files. One implementation, so the benches' figures mean the same thi
 - ``ratio``: a figure over another, stored with both operands and a sentence saying what it divides.
 - ``run_tree``: runs a command and returns its wall time, the CPU time of its whole process tree (``os.wait4``:
   the child and every descendant it reaped) and the cores other processes kept busy meanwhile (the load).
-- ``verdicts``: PASS/FAIL lines, or none when the machine was loaded: then only the figures and the load.
+- ``verdicts``: PASS/FAIL lines (MIXED when the rounds fall on both sides of a target), or none when the
+  machine was loaded: then only the figures and the load.
 - ``write_results``: ``{name}.json`` and ``{name}.md`` with cores, load, date, git commit and command line.
 
 Not a module of the package: the benches import it as ``from measure import …`` (their own folder is first on
@@ -79,9 +80,16 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": median, "min": min(values), "max": max(values), "spread": spread, "n": len(values)}
 
 
-def ratio(numerator: float, denominator: float, divides: str) -> dict[str, Any]:
-    """Returns ``numerator / denominator`` with both operands and ``divides``, the sentence saying what they are."""
-    return {"value": numerator / denominator, "numerator": numerator, "denominator": denominator, "divides": divides}
+def ratio(numerator: float, denominator: float, divides: str, rounds: Sequence[float] = ()) -> dict[str, Any]:
+    """Returns ``numerator / denominator`` with both operands and ``divides``, the sentence saying what they are.
+
+    ``rounds``: the same ratio from each round's own runs (neighbours in the interleaved order), when given: how
+    far one round's figure strays from the ratio of medians, which a single slow run cannot move.
+    """
+    out = {"value": numerator / denominator, "numerator": numerator, "denominator": denominator, "divides": divides}
+    if rounds:
+        out["rounds"] = {**summary(rounds), "values": list(rounds)}
+    return out
 
 
 def busy_cpu_s() -> float:
@@ -156,8 +164,8 @@ def run_tree(command: Sequence[str], log: Path | None = None, cwd: Path = REPO) 
 
 
 def verdicts(ratios: dict[str, dict], targets: dict[str, tuple[str, float]], load: float) -> list[str]:
-    """Returns one PASS/FAIL line per target, or, when ``load`` (other processes' cores) is above ``BUSY_WARNING``,
-    a line saying there is no verdict: a loaded machine's figures are printed, never judged.
+    """Returns one PASS/FAIL/MIXED line per target, or, when ``load`` (other processes' cores) is above
+    ``BUSY_WARNING``, a line saying there is no verdict: a loaded machine's figures are printed, never judged.
 
     Args:
         ratios: ``ratio`` dicts by name.
@@ -170,11 +178,16 @@ def verdicts(ratios: dict[str, dict], targets: dict[str, tuple[str, float]], loa
     for name, (op, bound) in targets.items():
         if op not in (">=", "<="):
             raise ValueError(f"target {name}: op {op!r} is not '>=' or '<='")
-        value = ratios[name]["value"]
-        ok = value >= bound if op == ">=" else value <= bound
-        lines.append(
-            f"{'PASS' if ok else 'FAIL'} {name} = {value:.3g} (target {op} {bound}): {ratios[name]['divides']}"
-        )
+        r = ratios[name]
+        values = r["rounds"]["values"] if "rounds" in r else [r["value"]]
+        meet = sum(v >= bound if op == ">=" else v <= bound for v in values)
+        ok = r["value"] >= bound if op == ">=" else r["value"] <= bound
+        # A target met by the medians but not by every round (or the reverse) is within the machine's noise.
+        verdict = "PASS" if ok and meet == len(values) else "FAIL" if not ok and not meet else "MIXED"
+        by_round = ""
+        if "rounds" in r:
+            by_round = f"; {meet}/{len(values)} rounds meet it, {min(values):.3g}-{max(values):.3g}"
+        lines.append(f"{verdict} {name} = {r['value']:.3g} (target {op} {bound}{by_round}): {r['divides']}")
     return lines
 
 
@@ -225,9 +238,12 @@ def write_results(
     md = [f"# bench/{name}.py", "", f"`{about['command']}`", ""]
     md.append(f"{about['date']}, commit {about['commit'][:12]}{' (dirty)' if about['dirty'] else ''}, ")
     md[-1] += f"{about['cores']} cores, other processes' load up to {load:.2f} cores."
-    md += ["", "| ratio | value | = numerator / denominator | what it divides |", "|---|---|---|---|"]
+    md += ["", "| ratio | value | rounds: min-max | = numerator / denominator | what it divides |"]
+    md.append("|---|---|---|---|---|")
     for key, r in ratios.items():
-        md.append(f"| {key} | {r['value']:.3g} | {r['numerator']:.4g} / {r['denominator']:.4g} | {r['divides']} |")
+        spread = f"{r['rounds']['min']:.3g}-{r['rounds']['max']:.3g}" if "rounds" in r else ""
+        operands = f"{r['numerator']:.4g} / {r['denominator']:.4g}"
+        md.append(f"| {key} | {r['value']:.3g} | {spread} | {operands} | {r['divides']} |")
     md += ["", *[f"- {line}" for line in lines]]
     md_path.write_text("\n".join(md) + "\n")
     return json_path, md_path

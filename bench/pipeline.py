@@ -6,8 +6,8 @@ params.yaml's values (kept in ``--workdir`` between runs) and a copy of the sent
 documents under ids ``{id}#k``), then runs each setting below in its own subprocess, ``--rounds`` times,
 interleaved (every setting once per round), and reports medians and spread ((max − min) / median):
 
-- ``{1x,10x}-w{1,2}``: the stage at params.yaml's dupe_factor D (40: each document is encoded once and its
-  tokens *written* D times, in D differently masked and paired copies) with
+- ``{1x,10x}-w{1,2}``: the stage at params.yaml's dupe_factor D (each document is encoded once and its tokens
+  *written* D times, in D differently masked and paired copies) with
   ``--direct_running_mode=multi_processing --direct_num_workers`` 1 and 2;
 - ``{1x,10x}-d1``: the stage at dupe_factor 1 and one worker, where tokens written ≈ tokens encoded;
 - ``encode``: raw ``sp.encode(all sentences, num_threads=1)`` of the segment stage's sentences (the tokens the
@@ -34,8 +34,11 @@ stored with what it divides (``bench/measure.py``):
 A fit over 1x and 10x at one worker splits ``run()`` into a fixed cost (runner set-up, SDK worker start-up and
 imports, teardown) and a per-token rate. Timings are meaningful only on an otherwise idle machine: each run
 records the cores other processes used meanwhile (``busy_other``); when any exceeded a quarter of a core, no
-PASS/FAIL verdict is printed, only the figures and the load. The figures go to ``pipeline.json`` and
-``pipeline.md`` in ``--results``, with cores, load, date, git commit and command line.
+verdict is printed, only the figures and the load. The targets' ratios are also taken round by round (from each
+round's own runs, neighbours in time): the verdict is PASS or FAIL when every round agrees with the ratio of
+medians, and MIXED when the rounds fall on both sides of the target, which is then within the machine's noise.
+The figures go to ``pipeline.json`` and ``pipeline.md`` in ``--results``, with cores, load, date, git commit
+and command line.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -246,17 +250,25 @@ def measure_all(args: argparse.Namespace, work: Path) -> dict:
 
 
 def ratios(f: dict) -> dict[str, dict]:
-    """The bench's ratios (of medians over the rounds), each with what it divides."""
+    """The bench's ratios (of medians over the rounds), each with what it divides; the targets' also by round."""
     med = "median"
     e, d1, d10 = f["encode"], f["1x-d1"], f["10x-d1"]
     encoded = (e["tokens"], COPIES * e["tokens"])  # tokens the stage encodes at 1x and 10x: each sentence once
     raw_cpu, raw_wall = e["tokens"] / e["cpu_s"][med], e["tokens"] / e["wall_s"][med]
     D = f["dupe_factor"]
+
+    def encode_cost(encode: dict, small: dict, large: dict) -> float:
+        return (encoded[1] - encoded[0]) / (large["cpu_s"] - small["cpu_s"]) / (encode["tokens"] / encode["cpu_s"])
+
+    def peak_ratio(large: dict, small: dict) -> float:
+        return large["tree_peak_mb"] / small["tree_peak_mb"]
+
     out = {
         "encode_cost_d1": measure.ratio(
             (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]), raw_cpu,
             "stage tokens encoded per CPU-s of the process tree at dupe_factor 1, 1 worker, fixed cost removed "
-            "(10x − 1x runs) ÷ raw sp.encode tokens per CPU-s on the same sentences"),
+            "(10x − 1x runs) ÷ raw sp.encode tokens per CPU-s on the same sentences",
+            by_round(f, ("encode", "1x-d1", "10x-d1"), encode_cost)),
         "encode_cost_d1_vs_stage_encode": measure.ratio(
             (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]),
             e["tokens"] / e["stage_encode_cpu_s"][med],
@@ -269,7 +281,8 @@ def ratios(f: dict) -> dict[str, dict]:
             encoded[1] / d10["cpu_s"][med], raw_cpu,
             "stage tokens encoded per CPU-s over the whole 10x run at dupe_factor 1 (start-up included) ÷ raw encode"),
         "memory_ratio": measure.ratio(f["10x-w2"]["tree_peak_mb"], f["1x-w2"]["tree_peak_mb"],
-                                      "peak summed RSS of the process tree, 10x ÷ 1x, 2 workers"),
+                                      "peak summed RSS of the process tree, 10x ÷ 1x, 2 workers",
+                                      by_round(f, ("10x-w2", "1x-w2"), peak_ratio)),
         "maxrss_ratio": measure.ratio(f["10x-w2"]["maxrss_mb"], f["1x-w2"]["maxrss_mb"],
                                       "largest single process's ru_maxrss, 10x ÷ 1x, 2 workers"),
     }  # fmt: skip
@@ -281,11 +294,18 @@ def ratios(f: dict) -> dict[str, dict]:
         out[f"written_vs_encoded_{x}"] = measure.ratio(
             w1["tokens"] / w1["wall_s"][med], raw_wall, f"tokens written per wall-s of run() at dupe_factor {D}, "
             "1 worker ÷ raw sp.encode tokens encoded per wall-s: not a per-token cost")  # fmt: skip
-        out[f"speedup_{x}"] = measure.ratio(w1["wall_s"][med], w2["wall_s"][med], "run() wall-s 1 worker ÷ 2 workers")
+        out[f"speedup_{x}"] = measure.ratio(
+            w1["wall_s"][med], w2["wall_s"][med], "run() wall-s 1 worker ÷ 2 workers",
+            by_round(f, (f"{x}-w1", f"{x}-w2"), lambda a, b: a["wall_s"] / b["wall_s"]))  # fmt: skip
         out[f"cpu_bound_speedup_{x}"] = measure.ratio(
             w1["cpu_s"][med], w2["cpu_s"][med] / 2, "tree CPU-s at 1 worker ÷ half the tree CPU-s at 2: the best "
             "2 cores could do with the CPU time each took, whatever else runs")  # fmt: skip
     return out
+
+
+def by_round(f: dict, labels: tuple[str, ...], of: Callable[..., float]) -> list[float]:
+    """``of`` each round's runs of ``labels`` (one run each, neighbours in the interleaved order)."""
+    return [of(*runs) for runs in zip(*(f[label]["rounds"] for label in labels), strict=True)]
 
 
 def scaling(f: dict) -> dict[str, float]:

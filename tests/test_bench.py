@@ -81,6 +81,20 @@ def test_verdicts_are_withheld_on_a_loaded_machine():
     assert len(loaded) == 1 and loaded[0].startswith("NO VERDICT") and "0.80" in loaded[0]
 
 
+def test_a_target_the_rounds_fall_on_both_sides_of_is_mixed(tmp_path):
+    straddling = measure.ratio(0.81, 1.0, "x ÷ y", rounds=[0.78, 0.81, 0.84])
+    every = measure.ratio(0.85, 1.0, "x ÷ y", rounds=[0.82, 0.85, 0.9])
+    none = measure.ratio(0.7, 1.0, "x ÷ y", rounds=[0.6, 0.7, 0.79])
+    targets = {name: (">=", 0.8) for name in ("a", "b", "c")}
+    lines = measure.verdicts({"a": straddling, "b": every, "c": none}, targets, load=0.0)
+    assert lines[0] == "MIXED a = 0.81 (target >= 0.8; 2/3 rounds meet it, 0.78-0.84): x ÷ y"
+    assert lines[1].startswith("PASS b = 0.85 (target >= 0.8; 3/3 rounds")
+    assert lines[2].startswith("FAIL c = 0.7 (target >= 0.8; 0/3 rounds")
+    assert straddling["rounds"]["values"] == [0.78, 0.81, 0.84] and straddling["rounds"]["median"] == 0.81
+    _, md_path = measure.write_results(tmp_path, "fake", {}, {"a": straddling}, 0.0, lines)
+    assert "| a | 0.81 | 0.78-0.84 |" in md_path.read_text()
+
+
 def test_write_results_records_the_machine_and_what_each_ratio_divides(tmp_path):
     ratios = {"encode_cost": measure.ratio(3.0e6, 4.0e6, "stage tokens per CPU-s ÷ raw encode tokens per CPU-s")}
     lines = measure.verdicts(ratios, {"encode_cost": (">=", 0.8)}, load=0.1)
