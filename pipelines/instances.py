@@ -3,10 +3,10 @@
 Run: ``python -m pipelines.instances --input data/sentences --spiece data/vocab/spiece.model --output data/shards``
 (any Beam option may follow, e.g. ``--direct_num_workers 2`` or ``--runner DataflowRunner ...``).
 
-Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker builds every instance of one file
-(all ``dupe_factor`` duplicates, masked in batches), sorts them by a stable per-row key and writes the two
-shards. The work unit is a file of bounded size, so memory stays flat however large the corpus, and nothing
-gathers all instances.
+Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker draws every sentence pair of one file
+(all ``dupe_factor`` duplicates), orders them by a stable per-row key, lays them out and masks them in runs of
+rows, and writes the two shards. The work unit is a file of bounded size, so memory stays flat however large
+the corpus, and nothing gathers all instances.
 A document is held out for validation by the hash of its id, so changing the seed keeps the split.
 
 ``--eval_output FOLDER`` also writes the held-out documents alone as SOP pairs and as NSP pairs, to
