@@ -86,8 +86,8 @@ class PairPlan(NamedTuple):
         s = self.spans
         return s.first_hi - s.first_lo + s.second_hi - s.second_lo + 3
 
-    def rows(self, selection: slice) -> PairPlan:
-        """Returns the plan of the selected rows, in order."""
+    def rows(self, selection: slice | np.ndarray) -> PairPlan:
+        """Returns the plan of the selected rows (a slice or an index array), in the selection's order."""
         return PairPlan(PairSpans(*(column[selection] for column in self.spans)), self.keys[selection])
 
 
@@ -100,7 +100,7 @@ def plan_pairs(documents: Documents, items: Items, seed: int, pairs: PairConfig)
     )
     keys = mix_keys(_seeds("masks", seed, items)[spans.item], spans.index.astype(np.uint64))
     order = np.argsort(keys, kind="stable")  # a pair's key and masks do not depend on where it is laid out
-    return PairPlan(PairSpans(*(column[order] for column in spans)), keys[order])
+    return PairPlan(spans, keys).rows(order)
 
 
 def build_planned(documents: Documents, plan: PairPlan, masking: MaskingConfig, classes: TokenClasses) -> Instances:
