@@ -12,10 +12,11 @@ interleaved (every setting once per round), and reports medians and spread ((max
 - ``{1x,10x}-d1``: the stage at dupe_factor 1 and validation_dupe_factor 1 (params.yaml's 4 would write the
   held-out tenth of the documents four times) and one worker: each document encoded once and written once;
 - ``encode``: raw ``sp.encode(texts, num_threads=1)`` of every sentence of the 10x copy, one call per sentence
-  file as the stage encodes them, timed inside its process. One call over all sentences at once would hold
-  every list of ids alive until it returns, and CPython's collector, scanning them again and again, added ~25 %
-  to that call's CPU time (1.24–1.50 s against 1.10–1.18 s per file on the embedded corpus): a cost of the
-  measurement, not of the tokenizer. The 10x copy makes the sample as long as the stage's 10x run.
+  file as the stage encodes them, timed inside its process. One call over all sentences at once holds every
+  list of ids alive until it returns, and CPython's collector scans them again and again: 10–25 % more CPU per
+  token on this machine, a cost of the measurement, not of the tokenizer. That one call over the 1x sentences is
+  timed too, for ``encode_cost_d1_one_call``, the basis of the figures before. The 10x copy makes the sample as
+  long as the stage's 10x run.
 
 Each run gives the wall time of ``instances.run()`` (timed inside the subprocess) and the CPU time of the whole
 process tree (``os.wait4``: the stage's process and Beam's SDK workers, start-up included). The ratios, each
@@ -195,12 +196,18 @@ def child_main(result: str, argv: list[str]) -> None:
     Path(result).write_text(json.dumps(body))
 
 
-def encode_main(result: str, sentences: str, spiece: str) -> None:
-    """``--_encode`` mode: times single-thread ``sp.encode`` over the sentences of each file of ``sentences``."""
-    per_file = [
+def _sentences(folder: str) -> list[list[str]]:
+    """Every sentence of a segment-stage folder, one list per file."""
+    return [
         pc.list_flatten(files.read_parquet(str(path), columns=["sentences"]).column("sentences")).to_pylist()
-        for path in sorted(Path(sentences).glob("sentences-*-of-*.parquet"))
+        for path in sorted(Path(folder).glob("sentences-*-of-*.parquet"))
     ]
+
+
+def encode_main(result: str, sentences: str, spiece: str, one_call: str) -> None:
+    """``--_encode`` mode: times single-thread ``sp.encode`` over the sentences of each file of ``sentences``,
+    then in one call over all of ``one_call``'s."""
+    per_file = _sentences(sentences)
     sp = spm.SentencePieceProcessor(model_file=spiece)
     tokens, start, cpu = 0, time.perf_counter(), time.process_time()
     for texts in per_file:
@@ -213,15 +220,21 @@ def encode_main(result: str, sentences: str, spiece: str) -> None:
         stage_tokens += len(instances._encode_ids(sp, texts)[0])
     stage_encode_cpu_s = time.process_time() - stage_cpu
     assert stage_tokens == tokens, "the stage's encoding differs from sp.encode"
-    body = {"files": len(per_file), "sentences": sum(map(len, per_file)), "tokens": tokens, "wall_s": wall_s,
-            "cpu_s": cpu_s, "stage_encode_cpu_s": stage_encode_cpu_s}  # fmt: skip
+    counts = {"files": len(per_file), "sentences": sum(map(len, per_file))}
+    del per_file
+    texts = [text for file in _sentences(one_call) for text in file]
+    one_call_cpu = time.process_time()
+    one_call_tokens = sum(map(len, sp.encode(texts, num_threads=1)))
+    one_call_cpu_s = time.process_time() - one_call_cpu
+    body = {**counts, "tokens": tokens, "wall_s": wall_s, "cpu_s": cpu_s, "stage_encode_cpu_s": stage_encode_cpu_s,
+            "one_call_tokens": one_call_tokens, "one_call_cpu_s": one_call_cpu_s}  # fmt: skip
     Path(result).write_text(json.dumps(body))
 
 
-def run_encode(work: Path, sentences: Path) -> dict:
+def run_encode(work: Path, sentences: Path, one_call: Path) -> dict:
     """Runs ``encode_main`` in a subprocess, so it is measured (and loaded) as the stage's runs are."""
     result, spiece = work / "result-encode.json", work / "vocab" / "spiece.model"
-    command = [sys.executable, __file__, "--_encode", str(result), str(sentences), str(spiece)]
+    command = [sys.executable, __file__, "--_encode", str(result), str(sentences), str(spiece), str(one_call)]
     tree = measure.run_tree(command, work / "encode.log")
     if tree.returncode:
         raise SystemExit(f"raw encode failed ({tree.returncode}); see {work / 'encode.log'}")
@@ -230,7 +243,7 @@ def run_encode(work: Path, sentences: Path) -> dict:
 
 def combine(runs: list[dict]) -> dict:
     """One setting's rounds: medians and spread of the timings, the highest of the peaks and of the load."""
-    timed = ("wall_s", "process_s", "cpu_s", "main_cpu_s", "stage_encode_cpu_s")
+    timed = ("wall_s", "process_s", "cpu_s", "main_cpu_s", "stage_encode_cpu_s", "one_call_cpu_s")
     out = {k: v for k, v in runs[0].items() if k not in timed}
     out.update({k: measure.summary([r[k] for r in runs]) for k in timed if k in runs[0]})
     peaks = ("maxrss_mb", "main_maxrss_mb", "tree_peak_mb", "other_cores")
@@ -248,7 +261,7 @@ def measure_all(args: argparse.Namespace, work: Path) -> dict:
 
     def run(label: str) -> dict:
         if label == "encode":
-            return run_encode(work, folders["10x"])
+            return run_encode(work, folders["10x"], folders["1x"])
         size, workers, dupe = SETTINGS[label]
         return run_instances(label, folders[size], work, workers, dupe or dupe_factor)
 
@@ -282,6 +295,11 @@ def ratios(f: dict) -> dict[str, dict]:
             e["tokens"] / e["stage_encode_cpu_s"][med],
             "the same stage figure ÷ tokens per CPU-s of the stage's own encoding (instances._encode_ids, "
             "SentencePiece's buffers): the stage's cost beyond its tokenisation"),
+        "encode_cost_d1_one_call": measure.ratio(
+            (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]),
+            e["one_call_tokens"] / e["one_call_cpu_s"][med],
+            "the same stage figure ÷ raw sp.encode in one call over every 1x sentence, whose lists of ids all live "
+            "until it returns (CPython's collector scans them again and again): the basis of the figures before"),
         "encode_cost_d1_wall": measure.ratio(
             (encoded[1] - encoded[0]) / (d10["wall_s"][med] - d1["wall_s"][med]), raw_wall,
             "the same from wall time of run(): encoded tokens per wall-s (10x − 1x) ÷ raw encode per wall-s"),
@@ -375,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--_child"]:
         return child_main(argv[1], argv[2:])
     if argv[:1] == ["--_encode"]:
-        return encode_main(*argv[1:4])
+        return encode_main(*argv[1:5])
     args = parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     work.mkdir(parents=True, exist_ok=True)

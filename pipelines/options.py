@@ -133,8 +133,9 @@ def _size_local_runner(beam: PipelineOptions, beam_argv: list[str], work_s: Call
     direct = beam.view_as(DirectOptions)
     mode_set = any(a.startswith("--direct_running_mode") for a in beam_argv)
     workers_set = any(a.startswith("--direct_num_workers") for a in beam_argv)
-    if mode_set or workers_set:  # the user's choice wins; the other one follows it, as before sizing existed
-        direct.direct_running_mode = direct.direct_running_mode if mode_set else "multi_processing"
+    if mode_set or workers_set:  # the user's choice wins; the other one follows it
+        if not mode_set:  # one worker runs in-process: a worker process of its own would add start-up, share nothing
+            direct.direct_running_mode = "in_memory" if direct.direct_num_workers == 1 else "multi_processing"
         direct.direct_num_workers = direct.direct_num_workers if workers_set else os.cpu_count() or 1
         return
     direct.direct_running_mode, direct.direct_num_workers = local_mode(work_s(), os.cpu_count() or 1)

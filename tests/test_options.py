@@ -49,6 +49,9 @@ def test_the_estimate_chooses_the_mode_unless_a_flag_says(monkeypatch: pytest.Mo
     flags = ("--direct_running_mode=in_memory", "--direct_num_workers=1")
     assert _mode(*flags, work_s=60.0)[1:] == ("in_memory", 1, 0)
     assert _mode("--direct_num_workers=2", work_s=1.0)[1:] == ("multi_processing", 2, 0)
+    # One worker: in-process, since a separate worker process would add its start-up and share nothing.
+    assert _mode("--direct_num_workers=1", work_s=60.0)[1:] == ("in_memory", 1, 0)
+    assert _mode("--direct_running_mode=multi_processing", "--direct_num_workers=1")[1:] == ("multi_processing", 1, 0)
 
 
 def test_a_remote_runner_is_left_alone_and_nothing_is_estimated():
