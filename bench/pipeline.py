@@ -76,7 +76,8 @@ PARAMS = REPO / "params.yaml"
 COPIES = 10  # the larger corpus for the memory target
 PREREQ_PARAMS = ("seed", "beam_args", "corpus", "segment", "vocab")  # what corpus, sentences and vocab depend on
 TARGETS = {"encode_cost_d1": (">=", 0.8), "speedup_10x": (">=", 1.7), "memory_ratio": ("<=", 1.2)}
-# label: (corpus copy, workers, dupe_factor or None for params.yaml's); one round runs them in this order
+# label: (corpus copy, workers, dupe_factor or None for params.yaml's); one round runs them in this order. The
+# settings at dupe_factor 1 also hold out at validation_dupe_factor 1: every document written once.
 SETTINGS = {
     "1x-w1": ("1x", 1, None),
     "1x-w2": ("1x", 2, None),
@@ -85,7 +86,6 @@ SETTINGS = {
     "1x-d1": ("1x", 1, 1),
     "10x-d1": ("10x", 1, 1),
 }
-DUPE_1 = ["--validation_dupe_factor", "1"]  # with dupe_factor 1: every document written once
 
 
 def run_stage(stage: str, argv: list[str], log: Path) -> None:
@@ -156,13 +156,15 @@ def build_copies(sentences: Path, corpus_stats: Path, output: Path, copies: int 
     return num_files
 
 
-def run_instances(label: str, sentences: Path, work: Path, workers: int, dupe_factor: int) -> dict:
+def run_instances(
+    label: str, sentences: Path, work: Path, workers: int, dupe_factor: int, extra: tuple[str, ...] = ()
+) -> dict:
     """Runs the instances stage in a subprocess (this file in ``--_child`` mode) and measures its process tree."""
     output, result, log = work / f"shards-{label}", work / f"result-{label}.json", work / f"instances-{label}.log"
     shutil.rmtree(output, ignore_errors=True)
     beam = ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
     argv = ["--params", str(PARAMS), "--input", str(sentences), "--spiece", str(work / "vocab" / "spiece.model")]
-    argv += ["--output", str(output), "--dupe_factor", str(dupe_factor), *(DUPE_1 if dupe_factor == 1 else []), *beam]
+    argv += ["--output", str(output), "--dupe_factor", str(dupe_factor), *extra, *beam]
     tree = measure.run_tree([sys.executable, __file__, "--_child", str(result), *argv], log)
     if tree.returncode:
         raise SystemExit(f"instances ({label}) failed ({tree.returncode}); see {log}")
@@ -263,7 +265,8 @@ def measure_all(args: argparse.Namespace, work: Path) -> dict:
         if label == "encode":
             return run_encode(work, folders["10x"], folders["1x"])
         size, workers, dupe = SETTINGS[label]
-        return run_instances(label, folders[size], work, workers, dupe or dupe_factor)
+        once = ("--validation_dupe_factor", "1") if dupe == 1 else ()
+        return run_instances(label, folders[size], work, workers, dupe or dupe_factor, once)
 
     rounds = measure.run_rounds([*SETTINGS, "encode"], args.rounds, run)
     return {"dupe_factor": dupe_factor, **{label: combine(runs) for label, runs in rounds.items()}}
