@@ -278,6 +278,8 @@ def ratios(f: dict) -> dict[str, dict]:
     e, d1, d10 = f["encode"], f["1x-d1"], f["10x-d1"]
     encoded = (e["tokens"] // COPIES, e["tokens"])  # tokens the stage encodes at 1x and 10x: each sentence once
     raw_cpu, raw_wall = e["tokens"] / e["cpu_s"][med], e["tokens"] / e["wall_s"][med]
+    # the stage's encoded tokens per CPU-s at dupe_factor 1, fixed cost removed: the numerator of three ratios
+    stage_cpu = (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med])
     D = f["dupe_factor"]
 
     def encode_cost(encode: dict, small: dict, large: dict) -> float:
@@ -288,18 +290,18 @@ def ratios(f: dict) -> dict[str, dict]:
 
     out = {
         "encode_cost_d1": measure.ratio(
-            (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]), raw_cpu,
+            stage_cpu, raw_cpu,
             "stage tokens encoded per CPU-s of the process tree at dupe_factor 1 (each document written once), "
             "1 worker, fixed cost removed (10x − 1x runs) ÷ raw sp.encode tokens per CPU-s on the same sentences, "
             "one call per file",
             by_round(f, ("encode", "1x-d1", "10x-d1"), encode_cost)),
         "encode_cost_d1_vs_stage_encode": measure.ratio(
-            (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]),
+            stage_cpu,
             e["tokens"] / e["stage_encode_cpu_s"][med],
             "the same stage figure ÷ tokens per CPU-s of the stage's own encoding (instances._encode_ids, "
             "SentencePiece's buffers): the stage's cost beyond its tokenisation"),
         "encode_cost_d1_one_call": measure.ratio(
-            (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med]),
+            stage_cpu,
             e["one_call_tokens"] / e["one_call_cpu_s"][med],
             "the same stage figure ÷ raw sp.encode in one call over every 1x sentence, whose lists of ids all live "
             "until it returns (CPython's collector scans them again and again): the basis of the figures before"),
