@@ -38,7 +38,7 @@ from albert_lightning.model import AlbertConfig
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import BUSY_WARNING, busy_cpu_s, ratio, summary, verdicts, write_results
 
-__all__ = ["flops_per_token", "peak_tflops"]
+__all__ = ["flops_per_token", "peak_tflops", "resolve_device"]
 
 REPO = Path(__file__).resolve().parents[1]
 # Dense bf16 tensor-core peaks (no sparsity), from the vendors' data sheets, in TFLOP/s; matched in order against
@@ -170,7 +170,10 @@ def measure_preset(args: argparse.Namespace, preset: str, device: torch.device) 
     if args.shards:
         from pipelines.shards import Manifest
 
-        vocab_size = Manifest.read(args.shards).vocab_size
+        manifest = Manifest.read(args.shards)
+        if manifest.max_seq_length != args.seq_len:  # else a run "at 512" would time the shards' length instead
+            raise SystemExit(f"{args.shards}: shards of {manifest.max_seq_length} tokens; pass --seq_len to match")
+        vocab_size = manifest.vocab_size
     module, optimizer = build(args, preset, vocab_size, device)
     source = batches(args, vocab_size)
 
@@ -233,9 +236,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def resolve_device(name: str) -> torch.device:
+    """``name`` as a device with an index where it is a GPU: ``torch.cuda.set_device`` refuses a bare "cuda"."""
+    device = torch.device(name)
+    return torch.device(device.type, 0) if device.type == "cuda" and device.index is None else device
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    device = torch.device(args.device)
+    device = resolve_device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     peak, peak_source = peak_tflops(device, args.peak_tflops)

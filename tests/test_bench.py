@@ -1,4 +1,5 @@
-"""bench/: the FLOP count of bench/mfu.py, and bench/measure.py's interleaving, summaries, ratios and results files.
+"""bench/: the FLOP count of bench/mfu.py and its run on CPU, and bench/measure.py's interleaving, summaries, ratios
+and results files.
 
 The benches' timings are never tested (DESIGN.md §3); what is tested is that their arithmetic says what it claims.
 """
@@ -17,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import measure
-from mfu import flops_per_token
+from mfu import flops_per_token, resolve_device
 
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 
@@ -45,6 +46,32 @@ def test_flops_per_token_matches_torch_flop_counter():
         out = model(ids, torch.zeros_like(ids), torch.ones_like(ids), positions)
         (out.prediction_logits.sum() + out.sop_logits.sum()).backward()
     assert counter.get_total_flops() == pytest.approx(2 * 64 * flops_per_token(config, 64, 10))
+
+
+def test_a_bare_cuda_device_is_pinned_to_its_first_gpu():
+    # torch.cuda.set_device refuses torch.device("cuda"): bench/mfu.py's default on a GPU machine.
+    assert resolve_device("cuda") == torch.device("cuda", 0)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_mfu_times_steps_the_shard_loader_feeds_and_writes_its_results(pipeline_run, tmp_path):
+    # The GPU run's code path on CPU: FSDP2 on a 1-device mesh, dynamic masking from real shards, results files.
+    from mfu import main
+
+    argv = ["--device", "cpu", "--preset", "tiny", "--batch_size", "4", "--steps", "2", "--warmup", "1"]
+    main([*argv, "--seq_len", "128", "--shards", str(pipeline_run.shards), "--results", str(tmp_path)])
+    body = json.loads((tmp_path / "mfu.json").read_text())
+    tiny = body["figures"]["tiny"]
+    assert all(rows == 4 and length <= 128 for rows, length in tiny["shapes"])
+    assert 0 < tiny["tokens_per_step"] <= 4 * 128
+    mfu, share = body["ratios"]["mfu_model_step_tiny"], body["ratios"]["loader_share_tiny"]
+    assert mfu["value"] == pytest.approx(mfu["numerator"] / mfu["denominator"]) and mfu["value"] > 0
+    assert 0 < share["value"] < 1
+    assert body["figures"]["peak_source"].startswith("CPU estimate")
+    assert not [v for v in body["verdicts"] if v.split()[0] in ("PASS", "FAIL", "MIXED")]  # a GPU target, not judged
+    with pytest.raises(SystemExit, match="shards of 128 tokens"):
+        main([*argv, "--seq_len", "64", "--shards", str(pipeline_run.shards), "--results", str(tmp_path)])
 
 
 def test_interleave_alternates_settings_round_by_round():
