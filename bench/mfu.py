@@ -2,7 +2,8 @@
 
 Run on a GPU: ``python bench/mfu.py`` (``--preset base large --seq_len 512 --batch_size 32``; DESIGN.md §3's target
 is MFU ≥ 45 % for ``base``). Smoke test on CPU, in seconds:
-``python bench/mfu.py --device cpu --preset tiny --seq_len 64 --steps 3``.
+``python bench/mfu.py --device cpu --preset tiny --seq_len 64 --steps 3``. ``bench/gpu_mfu.sh`` prepares shards of 512
+tokens here and runs this there, on a lent GPU machine, in one call.
 
 Each step, timed with the device synchronised at both ends of each part:
 
