@@ -16,7 +16,10 @@ interleaved (every setting once per round), and reports medians and spread ((max
   list of ids alive until it returns, and CPython's collector scans them again and again: 10–25 % more CPU per
   token on this machine, a cost of the measurement, not of the tokenizer. That one call over the 1x sentences is
   timed too, for ``encode_cost_d1_one_call``, the basis of the figures before. The 10x copy makes the sample as
-  long as the stage's 10x run.
+  long as the stage's 10x run;
+- ``reference``: the reference's algorithm (``bench/reference_instances.py``: google-research/albert
+  ``create_pretraining_data.py`` in one process, without its TFRecord writing) on the first ``REFERENCE_FILES``
+  1x sentence files at params.yaml's settings; its per-token rate does not depend on the corpus size.
 
 Each run gives the wall time of ``instances.run()`` (timed inside the subprocess) and the CPU time of the whole
 process tree (``os.wait4``: the stage's process and Beam's SDK workers, start-up included). The ratios, each
@@ -33,7 +36,10 @@ stored with what it divides (``bench/measure.py``):
    over one encoded, so it can exceed 1 and is not a per-token cost;
 3. ``speedup_{x}``: wall at 1 worker ÷ wall at 2 (target ≥ 1.7 on the 10x copy, where there is work to share),
    and the bound the tree's CPU time puts on it (CPU-s at 1 worker ÷ half the CPU-s at 2);
-4. ``memory_ratio`` (target ≤ 1.2): peak summed RSS of the tree (psutil, every 0.2 s) at 10x ÷ at 1x, 2 workers,
+4. ``vs_reference_10x`` (target ≥ 30): the stage's tokens written per CPU-second at dupe_factor D on the 10x copy
+   (one worker, start-up included) ÷ the reference's per CPU-second of its loop (its imports and start-up not
+   counted, nor TFRecord writing: both favour the reference);
+5. ``memory_ratio`` (target ≤ 1.2): peak summed RSS of the tree (psutil, every 0.2 s) at 10x ÷ at 1x, 2 workers,
    the highest over the rounds; Linux's ``ru_maxrss`` is the largest single process, printed beside it.
 
 A fit over 1x and 10x at one worker splits ``run()`` into a fixed cost (runner set-up, SDK worker start-up and
@@ -75,7 +81,14 @@ REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 COPIES = 10  # the larger corpus for the memory target
 PREREQ_PARAMS = ("seed", "beam_args", "corpus", "segment", "vocab")  # what corpus, sentences and vocab depend on
-TARGETS = {"encode_cost_d1": (">=", 0.8), "speedup_10x": (">=", 1.7), "memory_ratio": ("<=", 1.2)}
+TARGETS = {
+    "encode_cost_d1": (">=", 0.8),
+    "vs_reference_10x": (">=", 30.0),
+    "speedup_10x": (">=", 1.7),
+    "memory_ratio": ("<=", 1.2),
+}
+REFERENCE_FILES = 6  # of the 1x copy's sentence files: ~35 CPU-s of the reference's loop at dupe_factor 16
+REFERENCE_KNOBS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "ngram")
 # label: (corpus copy, workers, dupe_factor or None for params.yaml's); one round runs them in this order. The
 # settings at dupe_factor 1 also hold out at validation_dupe_factor 1: every document written once.
 SETTINGS = {
@@ -243,6 +256,20 @@ def run_encode(work: Path, sentences: Path, one_call: Path) -> dict:
     return {**json.loads(result.read_text()), "other_cores": tree.other_cores}
 
 
+def run_reference(work: Path, sentences: Path, knobs: dict, dupe_factor: int) -> dict:
+    """Runs ``bench/reference_instances.py`` on the first ``REFERENCE_FILES`` sentence files at the stage's
+    settings, in a subprocess measured as the stage's runs are; ``cpu_s`` is its loop's alone."""
+    result, log = work / "result-reference.json", work / "reference.log"
+    command = [sys.executable, str(Path(__file__).with_name("reference_instances.py")), "--input", str(sentences)]
+    command += ["--spiece", str(work / "vocab" / "spiece.model"), "--files", str(REFERENCE_FILES)]
+    command += ["--result", str(result), "--dupe_factor", str(dupe_factor)]
+    command += [f"--{k}={knobs[k]}" for k in REFERENCE_KNOBS]
+    tree = measure.run_tree(command, log)
+    if tree.returncode:
+        raise SystemExit(f"the reference's algorithm failed ({tree.returncode}); see {log}")
+    return {**json.loads(result.read_text()), "other_cores": tree.other_cores}
+
+
 def combine(runs: list[dict]) -> dict:
     """One setting's rounds: medians and spread of the timings, the highest of the peaks and of the load."""
     timed = ("wall_s", "process_s", "cpu_s", "main_cpu_s", "stage_encode_cpu_s", "one_call_cpu_s")
@@ -264,11 +291,13 @@ def measure_all(args: argparse.Namespace, work: Path) -> dict:
     def run(label: str) -> dict:
         if label == "encode":
             return run_encode(work, folders["10x"], folders["1x"])
+        if label == "reference":
+            return run_reference(work, folders["1x"], params["instances"], dupe_factor)
         size, workers, dupe = SETTINGS[label]
         once = ("--validation_dupe_factor", "1") if dupe == 1 else ()
         return run_instances(label, folders[size], work, workers, dupe or dupe_factor, once)
 
-    rounds = measure.run_rounds([*SETTINGS, "encode"], args.rounds, run)
+    rounds = measure.run_rounds([*SETTINGS, "encode", "reference"], args.rounds, run)
     return {"dupe_factor": dupe_factor, **{label: combine(runs) for label, runs in rounds.items()}}
 
 
@@ -311,6 +340,12 @@ def ratios(f: dict) -> dict[str, dict]:
         "encode_cost_d1_whole_10x": measure.ratio(
             encoded[1] / d10["cpu_s"][med], raw_cpu,
             "stage tokens encoded per CPU-s over the whole 10x run at dupe_factor 1 (start-up included) ÷ raw encode"),
+        "vs_reference_10x": measure.ratio(
+            f["10x-w1"]["tokens"] / f["10x-w1"]["cpu_s"][med], f["reference"]["tokens"] / f["reference"]["cpu_s"][med],
+            f"stage tokens written per CPU-s of the process tree at dupe_factor {D}, 10x, 1 worker, start-up "
+            "included ÷ the reference's algorithm in one process (bench/reference_instances.py) per CPU-s of its "
+            f"loop, no TFRecord writing, on {REFERENCE_FILES} 1x files at the same settings",
+            by_round(f, ("10x-w1", "reference"), lambda s, r: s["tokens"] / s["cpu_s"] / (r["tokens"] / r["cpu_s"]))),
         "memory_ratio": measure.ratio(f["10x-w2"]["tree_peak_mb"], f["1x-w2"]["tree_peak_mb"],
                                       "peak summed RSS of the process tree, 10x ÷ 1x, 2 workers",
                                       by_round(f, ("10x-w2", "1x-w2"), peak_ratio)),
@@ -372,7 +407,12 @@ def table(f: dict) -> list[str]:
     e = f["encode"]
     lines.append(f"{'encode':<7}{1:>2}{'':>5}{'':>6}{e['wall_s']['median']:>7.3f}{e['wall_s']['spread']:>7.2f}{'':>7}"
                  f"{e['cpu_s']['median']:>7.2f}{'':>9}{e['tokens']:>12,}{'':>30}{e['other_cores']:>11.2f}")  # fmt: skip
+    r = f["reference"]
+    lines.append(f"{'ref':<7}{1:>2}{f['dupe_factor']:>5}{r['files']:>6}{r['wall_s']['median']:>7.2f}"
+                 f"{r['wall_s']['spread']:>7.2f}{'':>7}{r['cpu_s']['median']:>7.2f}{'':>9}{r['tokens']:>12,}{'':>30}"
+                 f"{r['other_cores']:>11.2f}")  # fmt: skip
     lines += [
+        "ref: the reference's algorithm in one process (bench/reference_instances.py), cpu_s its loop's alone",
         f"encode: sp.encode of the 10x copy's {e['sentences']:,} sentences, one call per file ({e['files']}), one "
         "thread, no specials",
         "medians over the rounds; spread: (max − min) / median of run_s; run_s: instances.run() alone; proc_s: its",

@@ -74,6 +74,32 @@ def test_mfu_times_steps_the_shard_loader_feeds_and_writes_its_results(pipeline_
         main([*argv, "--seq_len", "64", "--shards", str(pipeline_run.shards), "--results", str(tmp_path)])
 
 
+def test_the_reference_baseline_makes_sop_pairs_with_15_percent_masked(pipeline_run, tmp_path):
+    # bench/pipeline.py's vs_reference_10x divides by this baseline's rate: it must do the reference's work.
+    import sentencepiece as spm
+    from reference_instances import create_instances, features, main, parse_args
+
+    argv = ["--input", str(pipeline_run.sentences), "--spiece", str(pipeline_run.spiece), "--files", "2"]
+    argv += ["--dupe_factor", "2", "--max_seq_length", "64", "--max_predictions_per_seq", "10"]
+    config = parse_args([*argv, "--result", str(tmp_path / "result.json")])
+    paths = sorted(str(p) for p in pipeline_run.sentences.glob("sentences-*-of-*.parquet"))[:2]
+    sp = spm.SentencePieceProcessor(model_file=str(pipeline_run.spiece))
+    instances = create_instances(paths, sp, config)
+    for i in instances:
+        assert len(i.tokens) <= 64 and i.tokens[0] == "[CLS]" and i.tokens[-1] == "[SEP]"
+        assert len(i.segment_ids) == len(i.tokens) == len(i.token_boundary)
+        assert i.tokens[i.segment_ids.index(1) - 1] == "[SEP]" and "[SEP]" not in i.masked_lm_labels
+        assert i.masked_lm_positions == sorted(set(i.masked_lm_positions)) == sorted(i.masked_lm_positions)
+        assert len(i.masked_lm_labels) == len(i.masked_lm_positions) <= min(10, max(1, round(len(i.tokens) * 0.15)))
+        assert {len(v) for k, v in features(i, sp, 64, 10).items() if k.startswith("input")} == {64}
+    masked = sum(len(i.masked_lm_positions) for i in instances) / sum(len(i.tokens) for i in instances)
+    assert 0.12 < masked < 0.16  # round(0.15 × length) a row, less a span now and then that would overflow
+    assert 0.45 < sum(i.is_random_next for i in instances) / len(instances) < 0.8  # swapped half, and lone segments
+    main([*argv, "--result", str(tmp_path / "result.json")])
+    body = json.loads((tmp_path / "result.json").read_text())
+    assert body["instances"] == len(instances) and body["tokens"] == sum(len(i.tokens) for i in instances)
+
+
 def test_interleave_alternates_settings_round_by_round():
     assert measure.interleave(["A", "B"], 3) == [(0, "A"), (0, "B"), (1, "A"), (1, "B"), (2, "A"), (2, "B")]
     with pytest.raises(ValueError):
