@@ -3,10 +3,11 @@
 Run: ``python -m pipelines.instances --input data/sentences --spiece data/vocab/spiece.model --output data/shards``
 (any Beam option may follow, e.g. ``--direct_num_workers 2`` or ``--runner DataflowRunner ...``).
 
-Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker draws every sentence pair of one file
-(all ``dupe_factor`` duplicates), orders them by a stable per-row key, lays them out and masks them in runs of
-rows, and writes the two shards. The work unit is a file of bounded size, so memory stays flat however large
-the corpus, and nothing gathers all instances.
+Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker encodes a few files at once, then for
+each file draws every sentence pair (all ``dupe_factor`` duplicates), orders them by a stable per-row key, lays
+them out and masks them in runs of rows, and writes the two shards. Each file's shards depend on that file
+alone, and the work unit is a few files of bounded size, so memory stays flat however large the corpus, and
+nothing gathers all instances.
 A document is held out for validation by the hash of its id, so changing the seed keeps the split.
 
 ``--eval_output FOLDER`` also writes the held-out documents alone as SOP pairs and as NSP pairs, to
@@ -127,9 +128,16 @@ def _work_s(config: InstancesConfig, paths: dict[str, str | None]) -> float:
     return input_mb(paths["input"]) * (ENCODE_CPU_S_PER_MB + PASS_CPU_S_PER_MB * passes)
 
 
+# Sentence files a worker encodes in one SentencePiece call before building their shards one by one. The
+# tokenizer's tables go cold in the CPU's caches while a file's shards are built; warming them once per group
+# rather than once per file takes ~18 % off the stage's CPU time per token (4 files and 16 alike, on 256 KB
+# files at dupe_factor 1), with the same shards.
+FILES_PER_ENCODE = 4
+
+
 class _BuildShardsFn(beam.DoFn):
-    """Builds and writes every output's two shards of one sentence file, encoding it once; loads SentencePiece
-    once per worker. Yields (output's position, ``ShardInfo``)."""
+    """Builds and writes every output's two shards of each sentence file of a group, encoding the group's
+    sentences in one call; loads SentencePiece once per worker. Yields (output's position, ``ShardInfo``)."""
 
     def __init__(self, spiece: str, outputs: list[ShardOutput]) -> None:
         self.spiece, self.outputs = spiece, outputs
@@ -139,11 +147,16 @@ class _BuildShardsFn(beam.DoFn):
         self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
         self.knobs = [(o.config.pairs, o.config.masking) for o in self.outputs]  # built once per worker
 
-    def process(self, indexed_path: tuple[int, str]) -> Iterator[tuple[int, ShardInfo]]:
-        index, path = indexed_path
-        table = files.read_parquet(path, columns=["id", "sentences"])
-        ids = table.column("id").combine_chunks()  # stays Arrow: hashed, taken per item and written, never decoded
-        documents = self._encode(table.column("sentences"))
+    def process(self, group: list[tuple[int, str]]) -> Iterator[tuple[int, ShardInfo]]:
+        tables = [files.read_parquet(path, columns=["id", "sentences"]) for _, path in group]
+        encoded = self._encode([table.column("sentences") for table in tables])
+        for (index, _), table, documents in zip(group, tables, encoded, strict=True):
+            # Ids stay Arrow: hashed, taken per item and written, never decoded.
+            yield from self._file_shards(index, table.column("id").combine_chunks(), documents)
+            progress.advance()  # every shard of the file written
+
+    def _file_shards(self, index: int, ids: pa.Array, documents: Documents) -> Iterator[tuple[int, ShardInfo]]:
+        """Builds and writes every output's two shards of sentence file ``index``."""
         # unit_interval("validation", id) < fraction for every id at once; the outputs share the fraction.
         fraction = self.outputs[0].config.validation_fraction
         held_out = stable_hashes64(("validation",), ids) / 2.0**64 < fraction
@@ -152,7 +165,6 @@ class _BuildShardsFn(beam.DoFn):
             for split, items in _items(ids, held_out, output.config).items():
                 shard = self._rows(documents, items, output, *knobs)
                 yield position, output.writer.write_shard(split, index, shard)
-        progress.advance()  # every shard of the file written
 
     def _rows(
         self, documents: Documents, items: Items, output: ShardOutput, pairs: PairConfig, masking: MaskingConfig
@@ -170,13 +182,23 @@ class _BuildShardsFn(beam.DoFn):
             output.counters.inc("masked_tokens", len(built.masked.positions))
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
-    def _encode(self, sentences: pa.ChunkedArray) -> Documents:
-        """Returns the file's documents (a list of sentences each) as piece ids."""
-        # One call encodes the whole file: SentencePiece's C++ loop, not a Python one per sentence. It takes
-        # UTF-8 bytes as it takes str, and bytes objects cost Arrow no decoding to make.
-        texts = pc.list_flatten(sentences).cast(pa.binary()).to_pylist()
-        tokens, lengths = _encode_ids(self.sp, texts)
-        return Documents.from_lengths(tokens, lengths, pc.list_value_length(sentences).to_numpy())
+    def _encode(self, files_sentences: list[pa.ChunkedArray]) -> list[Documents]:
+        """Returns each file's documents (a list of sentences each) as piece ids."""
+        # One call encodes every file: SentencePiece's C++ loop, not a Python one per sentence. It takes UTF-8
+        # bytes as it takes str, and bytes objects cost Arrow no decoding to make.
+        flat = [pc.list_flatten(sentences).cast(pa.binary()) for sentences in files_sentences]
+        tokens, lengths = _encode_ids(self.sp, [text for texts in flat for text in texts.to_pylist()])
+        # File f holds sentences sentence_bounds[f]:sentence_bounds[f + 1], and so tokens token_bounds[f]:…
+        sentence_bounds = np.cumsum([0, *map(len, flat)])
+        token_bounds = np.concatenate([[0], np.cumsum(lengths)])[sentence_bounds]
+        return [
+            Documents.from_lengths(
+                tokens[token_bounds[f] : token_bounds[f + 1]],
+                lengths[sentence_bounds[f] : sentence_bounds[f + 1]],
+                pc.list_value_length(sentences).to_numpy(),
+            )
+            for f, sentences in enumerate(files_sentences)
+        ]
 
 
 def _items(ids: pa.Array, held_out: np.ndarray, config: InstancesConfig) -> dict[str, Items]:
@@ -238,7 +260,7 @@ def _runs(row_tokens: np.ndarray) -> Iterator[slice]:
 
 
 class BuildInstances(beam.PTransform):
-    """(file index, sentence file path) → (output's position, ``ShardInfo``) of each shard written for it."""
+    """Groups of (file index, sentence file path) → (output's position, ``ShardInfo``) of each shard written."""
 
     def __init__(self, spiece: str, outputs: list[ShardOutput]) -> None:
         super().__init__()
@@ -248,6 +270,12 @@ class BuildInstances(beam.PTransform):
         return (
             files | "SpreadFilesOverWorkers" >> beam.Reshuffle() | "BuildAndWriteShards" >> Counted(beam.ParDo(self.fn))
         )
+
+
+def _groups(inputs: list[str]) -> list[list[tuple[int, str]]]:
+    """The work units: consecutive sentence files (with their index) ``FILES_PER_ENCODE`` at a time."""
+    indexed = list(enumerate(inputs))
+    return [indexed[start : start + FILES_PER_ENCODE] for start in range(0, len(indexed), FILES_PER_ENCODE)]
 
 
 SHARD_INDEX = ".shard-index.json"  # the workers' ShardInfos, gathered in the pipeline; folded into the manifest
@@ -295,7 +323,7 @@ def _write_shards(
     folders = [o.writer.folder for o in outputs]
     _ = (
         pipeline
-        | "ListSentenceFiles" >> beam.Create(list(enumerate(inputs)))
+        | "ListSentenceFiles" >> beam.Create(_groups(inputs))
         | "BuildInstances" >> BuildInstances(spiece, outputs)
         | "GatherShardInfo" >> beam.combiners.ToList()
         | "WriteShardIndexes" >> beam.Map(_write_shard_indexes, folders)

@@ -105,6 +105,25 @@ def test_the_stage_encodes_as_sp_encode_does(pipeline_run: PipelineRun, sp: spm.
     assert tokens.dtype == np.int32 and tokens.tolist() == [t for ids in expected for t in ids]
 
 
+def test_a_group_of_files_encodes_to_each_files_own_documents(pipeline_run: PipelineRun) -> None:
+    """A worker encodes a group of files in one call: each file must get the documents it gets alone, an empty
+    file's (no documents) and a last group's shorter run included."""
+    paths = sorted(map(str, pipeline_run.sentences.glob("sentences-*")))
+    groups = instances._groups(paths)
+    assert [path for group in groups for _, path in group] == paths
+    assert [index for group in groups for index, _ in group] == list(range(len(paths)))
+    assert all(0 < len(group) <= instances.FILES_PER_ENCODE for group in groups)
+    fn = instances._BuildShardsFn(str(pipeline_run.spiece), [])
+    fn.setup()
+    columns = [read_parquet(path).column("sentences") for path in paths[:3]]
+    columns.insert(1, columns[0].slice(0, 0))
+    for grouped, column in zip(fn._encode(columns), columns, strict=True):
+        (alone,) = fn._encode([column])
+        assert len(grouped.document_offsets) == len(column) + 1
+        for got, want in zip(grouped, alone, strict=True):
+            assert got.tolist() == want.tolist()
+
+
 def test_sop_label_tells_the_order_of_a_and_b_in_the_source(
     pipeline_run: PipelineRun, rows: pa.Table, sp: spm.SentencePieceProcessor
 ) -> None:
