@@ -286,7 +286,11 @@ def measure_all(args: argparse.Namespace, work: Path) -> dict:
     dupe_factor = args.dupe_factor or params["instances"]["dupe_factor"]
     prepare_corpus(work, params, args.max_documents)
     folders = {"1x": work / "sentences", "10x": work / f"sentences-x{COPIES}"}
-    build_copies(folders["1x"], work / "corpus" / "stats.json", folders["10x"])
+    # In a subprocess: reading every row makes a process large, and a child inherits its parent's peak RSS as
+    # its own ru_maxrss (Linux folds the old address space's high-water mark in at exec), which would then
+    # stand for every run's maxrss.
+    copies = [sys.executable, __file__, "--_copies", str(folders["1x"]), str(work / "corpus" / "stats.json")]
+    subprocess.run([*copies, str(folders["10x"])], check=True)
 
     def run(label: str) -> dict:
         if label == "encode":
@@ -437,6 +441,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--_child"]:
         return child_main(argv[1], argv[2:])
+    if argv[:1] == ["--_copies"]:
+        build_copies(*map(Path, argv[1:4]))
+        return None
     if argv[:1] == ["--_encode"]:
         return encode_main(*argv[1:5])
     args = parse_args(argv)
