@@ -142,11 +142,12 @@ def instances_from_document(documents, index, config, vocab_words, rng) -> list[
                     b += segment
                     if len(b) >= target - len(a):
                         break
-            elif rng.random() < 0.5:
+            else:  # the rest of the chunk, the two swapped half of the time
                 b = [t for segment in chunk[a_end:] for t in segment]
-                a, b = b, a
-            else:
-                b, random_next = [t for segment in chunk[a_end:] for t in segment], False
+                if rng.random() < 0.5:
+                    a, b = b, a
+                else:
+                    random_next = False
             truncate_pair(a, b, limit, rng)
             tokens = ["[CLS]", *a, "[SEP]", *b, "[SEP]"]
             segment_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
