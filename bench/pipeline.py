@@ -149,10 +149,12 @@ def build_copies(sentences: Path, corpus_stats: Path, output: Path, copies: int 
     The file count follows the corpus stage's rule (``files_for_bytes`` of the text bytes) and each document goes
     to ``file_index`` of its new id, so the instances stage sees what segment would have written. Returns n.
     """
-    if (output / "stats.json").exists() and "normalizer" in json.loads((output / "stats.json").read_text()):
-        return json.loads((output / "stats.json").read_text())["files"]
     text_bytes = json.loads(corpus_stats.read_text())["counters"]["document_bytes"]
     num_files = files_for_bytes(copies * text_bytes)
+    built = json.loads((output / "stats.json").read_text()) if (output / "stats.json").exists() else {}
+    if "normalizer" in built and built["files"] == num_files:
+        return num_files
+    shutil.rmtree(output, ignore_errors=True)  # a copy laid out by an older rule
     buckets: dict[int, list[dict]] = defaultdict(list)
     for path in sorted(sentences.glob("sentences-*-of-*.parquet")):
         for row in files.read_parquet(str(path)).to_pylist():

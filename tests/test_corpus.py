@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import corpus, pydocs, sources
+from pipelines import corpus, documents, pydocs, sources
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
@@ -328,3 +328,18 @@ def test_inputs_without_text_fail_naming_them_and_leave_no_output(tmp_path: Path
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'in'}: no text")):
         _run(tmp_path / "out", "--inputs", str(tmp_path / "in"))
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_files_grow_from_their_floor_to_their_cap_keeping_min_files_between():
+    floor, cap, spread = documents.MIN_FILE_BYTES, documents.MAX_FILE_BYTES, documents.MIN_FILES
+    totals = sorted({0, 1, floor, floor + 1, *range(1, 3 * spread * cap, 9_973_331), spread * floor, spread * cap})
+    counts = [documents.files_for_bytes(total) for total in totals]
+    assert counts == sorted(counts), "more text never makes fewer files"
+    for total, n in zip(totals, counts, strict=True):
+        assert n >= 1 and -(-total // n) <= cap, (total, n)  # no file over the cap
+        if n > 1:
+            assert total / n >= floor * (n - 1) / n, (total, n)  # none cut below the floor (but the rounding)
+        if spread * floor <= total <= spread * cap:
+            assert n == spread, (total, n)
+    assert documents.files_for_bytes((spread - 1) * floor) == spread - 1  # small: files at the floor
+    assert documents.files_for_bytes(spread * cap + 1) == spread + 1  # large: files at the cap
