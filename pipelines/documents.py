@@ -46,15 +46,16 @@ SENTENCES_SCHEMA = pa.schema(
     ]
 )
 
-# A file is the unit of work of every later stage and becomes two shards of the instances stage. Its size trades
-# parallelism against per-file cost: reading a file and hashing, laying out, serialising and writing its shards
-# cost the instances stage ~5-8 CPU-ms a file beyond its tokens, about a fifth of its work at 256 KB and
-# dupe_factor 1. So a corpus gets MIN_FILES files (work for as many workers), each kept between MIN_FILE_BYTES,
-# so that a small corpus is not cut finer (the embedded default's 15 MB: 59 files), and MAX_FILE_BYTES, which
-# bounds a worker's memory (a 1 MB file: ~250 k tokens, ~40 MB of instances at dupe_factor 40). On the 10x copy of
-# the default, 147 files of 1 MB cost the stage 1.21x less CPU at dupe_factor 1 than 587 of 256 KB (in-process,
-# interleaved; 4 MB files: 1.43x, at four times the memory).
-MIN_FILE_BYTES, MAX_FILE_BYTES, MIN_FILES = 256 << 10, 1 << 20, 64
+# A file is the unit of work of every later stage and becomes two shards of the instances stage. Small files give
+# many workers work; large ones cost less per token and make fewer shards, which DVC needs (it slows down at 10^5
+# files a folder: 256 KB files would give the paper's 16 GB corpus 128 k shards). Reading a file and writing its
+# shards costs the instances stage ~5-8 CPU-ms beyond its tokens, about a fifth of its work at 256 KB and
+# dupe_factor 1: on the 10x copy of the default, 147 files of 1 MB took 1.21x less CPU than 587 of 256 KB
+# (in-process, interleaved), but each worker peaked ~110-220 MB higher at dupe_factor 16 (548 and 626 MB against
+# 436 and 406, at 1 and 2 workers). So files stay at MIN_FILE_BYTES until a corpus makes MIN_FILES of them (work
+# for hundreds of workers; the embedded default makes 59), then grow to MAX_FILE_BYTES: a worker's memory is
+# flat in the corpus size below 256 MB and above 1 GB, and the 16 GB corpus makes 15 k files.
+MIN_FILE_BYTES, MAX_FILE_BYTES, MIN_FILES = 256 << 10, 1 << 20, 1024
 
 
 def files_for_bytes(total_bytes: int) -> int:
