@@ -12,11 +12,13 @@ interleaved (every setting once per round), and reports medians and spread ((max
 - ``{1x,10x}-d1``: the stage at dupe_factor 1 and validation_dupe_factor 1 (params.yaml's 4 would write the
   held-out tenth of the documents four times) and one worker: each document encoded once and written once;
 - ``encode``: raw ``sp.encode(texts, num_threads=1)`` of every sentence of the 10x copy, one call per sentence
-  file as the stage encodes them, timed inside its process. One call over all sentences at once holds every
-  list of ids alive until it returns, and CPython's collector scans them again and again: 10–25 % more CPU per
-  token on this machine, a cost of the measurement, not of the tokenizer. That one call over the 1x sentences is
-  timed too, for ``encode_cost_d1_one_call``, the basis of the figures before. The 10x copy makes the sample as
-  long as the stage's 10x run;
+  file, timed inside its process with CPython's collector paused. A call holds every list of ids it makes alive
+  until it returns, and the collector scans them again and again: ~20 % more CPU per token for a 256 KB file's
+  sentences, ~30 % for a 1 MB file's, more for one call over all of them. That is a cost of the measurement (the
+  lists die by reference counting whether or not the collector runs), not of the tokenizer, and it would make
+  the baseline move with the sentence files' size. The same calls with the collector running are timed too, for
+  ``encode_cost_d1_with_collector``, and one call over the 1x sentences, for ``encode_cost_d1_one_call`` (the
+  two bases of the figures before). The 10x copy makes the sample as long as the stage's 10x run;
 - ``reference``: the reference's algorithm (``bench/reference_instances.py``: google-research/albert
   ``create_pretraining_data.py`` in one process, without its TFRecord writing) on the first ``REFERENCE_FILES``
   1x sentence files at params.yaml's settings; its per-token rate does not depend on the corpus size.
@@ -27,9 +29,9 @@ stored with what it divides (``bench/measure.py``):
 
 1. ``encode_cost_d1`` (target ≥ 0.8): the stage's encoded tokens per CPU-second at dupe_factor 1, with the fixed
    cost removed (the difference between the 10x and 1x runs) ÷ raw encode's tokens per CPU-second; also from
-   wall time, over the whole 10x run (fixed cost included), and ``encode_cost_d1_vs_stage_encode`` against the
-   stage's own tokenisation (SentencePiece's int32 buffers, cheaper than ``sp.encode``'s lists), which leaves
-   only what the stage adds to encoding;
+   wall time, over the whole 10x run (fixed cost included), against the calls with the collector running, and
+   ``encode_cost_d1_vs_stage_encode`` against the stage's own tokenisation (SentencePiece's int32 buffers), which
+   leaves only what the stage adds to encoding;
 2. ``written_per_cpu_s_{x}``: tokens written (manifest counter ``tokens``) at dupe_factor D per CPU-second of
    the tree at one worker; and ``written_vs_encoded_{x}``: tokens written per wall-second per worker ÷ raw
    encode's tokens encoded per wall-second. The README's old "0.84 of raw encode" was this: D copies written
@@ -55,6 +57,7 @@ and command line.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import resource
@@ -222,29 +225,41 @@ def _sentences(folder: str) -> list[list[str]]:
 
 
 def encode_main(result: str, sentences: str, spiece: str, one_call: str) -> None:
-    """``--_encode`` mode: times single-thread ``sp.encode`` over the sentences of each file of ``sentences``,
-    then in one call over all of ``one_call``'s."""
+    """``--_encode`` mode: times single-thread ``sp.encode`` over the sentences of each file of ``sentences`` with
+    the collector paused, then running; the stage's own encoding of them; then one call over all of
+    ``one_call``'s."""
     per_file = _sentences(sentences)
     sp = spm.SentencePieceProcessor(model_file=spiece)
-    tokens, start, cpu = 0, time.perf_counter(), time.process_time()
-    for texts in per_file:
-        tokens += sum(map(len, sp.encode(texts, num_threads=1)))
-    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    # The stage's own tokenisation (SentencePiece's int32 buffers, no Python int per piece) is cheaper than
-    # sp.encode's lists: timed too, so the stage's cost beyond its own encoding is a ratio of its own.
-    stage_tokens, stage_cpu = 0, time.process_time()
-    for texts in per_file:
-        stage_tokens += len(instances._encode_ids(sp, texts)[0])
-    stage_encode_cpu_s = time.process_time() - stage_cpu
-    assert stage_tokens == tokens, "the stage's encoding differs from sp.encode"
+
+    def timed(encode: Callable[[list[str]], int], collector: bool) -> tuple[int, float, float]:
+        """(tokens, wall-s, CPU-s) of ``encode`` over every file's sentences."""
+        tokens, start, cpu = 0, time.perf_counter(), time.process_time()
+        if not collector:
+            gc.disable()
+        try:
+            for texts in per_file:
+                tokens += encode(texts)
+        finally:
+            gc.enable()
+        return tokens, time.perf_counter() - start, time.process_time() - cpu
+
+    def raw(texts: list[str]) -> int:
+        return sum(map(len, sp.encode(texts, num_threads=1)))
+
+    tokens, wall_s, cpu_s = timed(raw, collector=False)
+    collector_tokens, _, collector_cpu_s = timed(raw, collector=True)
+    # The stage's own tokenisation (SentencePiece's int32 buffers, no Python int per piece), as the stage runs it.
+    stage_tokens, _, stage_encode_cpu_s = timed(lambda texts: len(instances._encode_ids(sp, texts)[0]), True)
+    assert tokens == collector_tokens == stage_tokens, "the stage's encoding differs from sp.encode"
     counts = {"files": len(per_file), "sentences": sum(map(len, per_file))}
-    del per_file
+    per_file.clear()  # the one call's sentences take their place
     texts = [text for file in _sentences(one_call) for text in file]
     one_call_cpu = time.process_time()
     one_call_tokens = sum(map(len, sp.encode(texts, num_threads=1)))
     one_call_cpu_s = time.process_time() - one_call_cpu
-    body = {**counts, "tokens": tokens, "wall_s": wall_s, "cpu_s": cpu_s, "stage_encode_cpu_s": stage_encode_cpu_s,
-            "one_call_tokens": one_call_tokens, "one_call_cpu_s": one_call_cpu_s}  # fmt: skip
+    body = {**counts, "tokens": tokens, "wall_s": wall_s, "cpu_s": cpu_s, "collector_cpu_s": collector_cpu_s,
+            "stage_encode_cpu_s": stage_encode_cpu_s, "one_call_tokens": one_call_tokens,
+            "one_call_cpu_s": one_call_cpu_s}  # fmt: skip
     Path(result).write_text(json.dumps(body))
 
 
@@ -274,7 +289,7 @@ def run_reference(work: Path, sentences: Path, knobs: dict, dupe_factor: int) ->
 
 def combine(runs: list[dict]) -> dict:
     """One setting's rounds: medians and spread of the timings, the highest of the peaks and of the load."""
-    timed = ("wall_s", "process_s", "cpu_s", "main_cpu_s", "stage_encode_cpu_s", "one_call_cpu_s")
+    timed = ("wall_s", "process_s", "cpu_s", "main_cpu_s", "collector_cpu_s", "stage_encode_cpu_s", "one_call_cpu_s")
     out = {k: v for k, v in runs[0].items() if k not in timed}
     out.update({k: measure.summary([r[k] for r in runs]) for k in timed if k in runs[0]})
     peaks = ("maxrss_mb", "main_maxrss_mb", "tree_peak_mb", "other_cores")
@@ -328,8 +343,13 @@ def ratios(f: dict) -> dict[str, dict]:
             stage_cpu, raw_cpu,
             "stage tokens encoded per CPU-s of the process tree at dupe_factor 1 (each document written once), "
             "1 worker, fixed cost removed (10x − 1x runs) ÷ raw sp.encode tokens per CPU-s on the same sentences, "
-            "one call per file",
+            "one call per file, CPython's collector paused",
             by_round(f, ("encode", "1x-d1", "10x-d1"), encode_cost)),
+        "encode_cost_d1_with_collector": measure.ratio(
+            stage_cpu,
+            e["tokens"] / e["collector_cpu_s"][med],
+            "the same stage figure ÷ the same raw sp.encode calls with the collector running, which scans their "
+            "lists of ids again and again: the basis of the figures before"),
         "encode_cost_d1_vs_stage_encode": measure.ratio(
             stage_cpu,
             e["tokens"] / e["stage_encode_cpu_s"][med],
@@ -339,7 +359,7 @@ def ratios(f: dict) -> dict[str, dict]:
             stage_cpu,
             e["one_call_tokens"] / e["one_call_cpu_s"][med],
             "the same stage figure ÷ raw sp.encode in one call over every 1x sentence, whose lists of ids all live "
-            "until it returns (CPython's collector scans them again and again): the basis of the figures before"),
+            "until it returns (CPython's collector scans them again and again): the basis of older figures"),
         "encode_cost_d1_wall": measure.ratio(
             (encoded[1] - encoded[0]) / (d10["wall_s"][med] - d1["wall_s"][med]), raw_wall,
             "the same from wall time of run(): encoded tokens per wall-s (10x − 1x) ÷ raw encode per wall-s"),

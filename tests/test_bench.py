@@ -177,3 +177,24 @@ def test_the_pipeline_benchs_larger_copy_is_a_segment_folder_the_instances_stage
     doubled, single = Manifest.read(tmp_path / "o"), Manifest.read(pipeline_run.shards)
     assert doubled.normalizer == single.normalizer
     assert doubled.counters["documents"] == 2 * single.counters["documents"]
+
+
+def test_raw_encode_is_timed_with_the_collector_paused_then_running_on_the_same_tokens(pipeline_run, tmp_path):
+    import gc
+
+    from pipeline import encode_main
+
+    paused = []
+    real_disable = gc.disable
+    gc.disable = lambda: (paused.append(True), real_disable())[1]  # seen: the collector paused for one timing
+    try:
+        result = tmp_path / "encode.json"
+        encode_main(str(result), str(pipeline_run.sentences), str(pipeline_run.vocab / "spiece.model"),
+                    str(pipeline_run.sentences))  # fmt: skip
+    finally:
+        gc.disable = real_disable
+    body = json.loads(result.read_text())
+    assert paused == [True] and gc.isenabled()  # paused once, and running again afterwards
+    assert body["tokens"] == body["one_call_tokens"] > 0  # the same sentences, per file and in one call
+    assert body["files"] == len(list(pipeline_run.sentences.glob("sentences-*.parquet")))
+    assert min(body[k] for k in ("cpu_s", "collector_cpu_s", "stage_encode_cpu_s", "one_call_cpu_s")) > 0
