@@ -440,7 +440,7 @@ def table(f: dict) -> list[str]:
     lines += [
         "ref: the reference's algorithm in one process (bench/reference_instances.py), cpu_s its loop's alone",
         f"encode: sp.encode of the 10x copy's {e['sentences']:,} sentences, one call per file ({e['files']}), one "
-        "thread, no specials",
+        "thread, no specials, CPython's collector paused",
         "medians over the rounds; spread: (max − min) / median of run_s; run_s: instances.run() alone; proc_s: its",
         "whole subprocess; cpu_s: CPU time of its process tree; main_cpu: of which the stage's own process;",
         "tokens: written (manifest); tree_MB: peak summed RSS; maxrss_MB: largest process; main_MB: the stage's",
