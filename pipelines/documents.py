@@ -50,12 +50,12 @@ SENTENCES_SCHEMA = pa.schema(
 # many workers work; large ones cost less per token and make fewer shards, which DVC needs (it slows down at 10^5
 # files a folder: 256 KB files would give the paper's 16 GB corpus 61 k files, 122 k shards). Reading a file and
 # writing its shards costs the instances stage ~5-8 CPU-ms beyond its tokens, about a fifth of its work at 256 KB
-# and dupe_factor 1: on the 10x copy of the default, 147 files of 1 MB took 1.15-1.25x less CPU than 587 of
-# 256 KB (in-process, interleaved) at the same peak memory, once the stage hands freed memory back to the system
-# after each work unit (``instances._release_freed_memory``). So files stay at MIN_FILE_BYTES until a corpus makes
-# MIN_FILES of them (the embedded default, 15 MB, makes 59), then grow to MAX_FILE_BYTES, reached at 128 MB: 128
-# files of 4 each make 32 work units, and the 16 GB corpus makes 15 k files.
-MIN_FILE_BYTES, MAX_FILE_BYTES, MIN_FILES = 256 << 10, 1 << 20, 128
+# and dupe_factor 1: on the 10x copy of the default, 147 files of 1 MB took 1.21x less CPU than 587 of 256 KB
+# (in-process, interleaved), but each worker peaked ~110-220 MB higher at dupe_factor 16 (548 and 626 MB against
+# 436 and 406, at 1 and 2 workers). So files stay at MIN_FILE_BYTES until a corpus makes MIN_FILES of them (work
+# for hundreds of workers; the embedded default makes 59), then grow to MAX_FILE_BYTES: a worker's memory is
+# flat in the corpus size below 256 MB and above 1 GB, and the 16 GB corpus makes 15 k files.
+MIN_FILE_BYTES, MAX_FILE_BYTES, MIN_FILES = 256 << 10, 1 << 20, 1024
 
 
 def files_for_bytes(total_bytes: int) -> int:

@@ -158,9 +158,10 @@ class _BuildShardsFn(beam.DoFn):
         self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
         self.knobs = [(o.config.pairs, o.config.masking) for o in self.outputs]  # built once per worker
         # glibc keeps freed blocks for reuse, and raises its mmap threshold to the largest block freed, so a work
-        # unit's big arrays come back from its heap and stay there: with 1 MB sentence files at dupe_factor 16, a
-        # worker peaked ~70-120 MB higher than with 256 KB files, and as low once trimmed after each unit, at no
-        # measurable CPU cost. Keeping big blocks out of the heap instead (MALLOC_MMAP_THRESHOLD_) cost 15-25 % more.
+        # unit's big arrays come back from its heap and stay there. With the 1 MB sentence files of corpora past
+        # 1 GB, at dupe_factor 16, a worker peaked at 484 and 534 MB untrimmed and at 410-464 MB (6 runs) trimmed
+        # after each unit, at no measurable CPU cost; with 256 KB files, at 410-414 MB either way. Keeping big
+        # blocks out of the heap instead (MALLOC_MMAP_THRESHOLD_) cost 15-25 % more CPU.
         self.trim = _malloc_trim()
 
     def process(self, group: list[tuple[int, str]]) -> Iterator[tuple[int, ShardInfo]]:
