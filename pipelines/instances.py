@@ -19,12 +19,10 @@ from the same encoding of each file, so the evaluation sets cost no run of their
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -137,15 +135,6 @@ def _work_s(config: InstancesConfig, paths: dict[str, str | None]) -> float:
 FILES_PER_ENCODE = 4
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, which hands the heap's free memory back to the system; None where the C library has
-    none (macOS, musl)."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
-
-
 class _BuildShardsFn(beam.DoFn):
     """Builds and writes every output's two shards of each sentence file of a group, encoding the group's
     sentences in one call; loads SentencePiece once per worker. Yields (output's position, ``ShardInfo``)."""
@@ -157,12 +146,6 @@ class _BuildShardsFn(beam.DoFn):
         self.sp = spiece_from_proto(files.read_bytes(self.spiece), self.spiece)
         self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
         self.knobs = [(o.config.pairs, o.config.masking) for o in self.outputs]  # built once per worker
-        # glibc keeps freed blocks for reuse, and raises its mmap threshold to the largest block freed, so a work
-        # unit's big arrays come back from its heap and stay there. With the 1 MB sentence files of corpora past
-        # 1 GB, at dupe_factor 16, a worker peaked at 484 and 534 MB untrimmed and at 410-464 MB (6 runs) trimmed
-        # after each unit, at no measurable CPU cost; with 256 KB files, at 410-414 MB either way. Keeping big
-        # blocks out of the heap instead (MALLOC_MMAP_THRESHOLD_) cost 15-25 % more CPU.
-        self.trim = _malloc_trim()
 
     def process(self, group: list[tuple[int, str]]) -> Iterator[tuple[int, ShardInfo]]:
         tables = [files.read_parquet(path, columns=["id", "sentences"]) for _, path in group]
@@ -171,8 +154,6 @@ class _BuildShardsFn(beam.DoFn):
             # Ids stay Arrow: hashed, taken per item and written, never decoded.
             yield from self._file_shards(index, table.column("id").combine_chunks(), documents)
             progress.advance()  # every shard of the file written
-        if self.trim is not None:
-            self.trim(0)
 
     def _file_shards(self, index: int, ids: pa.Array, documents: Documents) -> Iterator[tuple[int, ShardInfo]]:
         """Builds and writes every output's two shards of sentence file ``index``."""

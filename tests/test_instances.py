@@ -124,21 +124,6 @@ def test_a_group_of_files_encodes_to_each_files_own_documents(pipeline_run: Pipe
             assert got.tolist() == want.tolist()
 
 
-def test_a_worker_hands_its_freed_heap_back_after_each_work_unit(
-    pipeline_run: PipelineRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """glibc keeps what a unit frees, so the worker trims its heap once per unit (where the C library can)."""
-    trim = instances._malloc_trim()
-    if trim is None:
-        pytest.skip("no malloc_trim in this C library")
-    assert trim(0) in (0, 1)  # 1: memory went back to the system
-    calls: list[int] = []
-    monkeypatch.setattr(instances, "_malloc_trim", lambda: calls.append)
-    run_instances(pipeline_run, tmp_path / "trimmed", *LOCAL)
-    assert calls == [0] * len(instances._groups(list(pipeline_run.sentences.glob("sentences-*"))))
-    assert _hashes(tmp_path / "trimmed") == _hashes(pipeline_run.shards)
-
-
 def test_sop_label_tells_the_order_of_a_and_b_in_the_source(
     pipeline_run: PipelineRun, rows: pa.Table, sp: spm.SentencePieceProcessor
 ) -> None:
