@@ -6,6 +6,7 @@ The benches' timings are never tested (DESIGN.md §3); what is tested is that th
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -179,20 +180,22 @@ def test_the_pipeline_benchs_larger_copy_is_a_segment_folder_the_instances_stage
     assert doubled.counters["documents"] == 2 * single.counters["documents"]
 
 
-def test_raw_encode_is_timed_with_the_collector_paused_then_running_on_the_same_tokens(pipeline_run, tmp_path):
-    import gc
-
+def test_raw_encode_is_timed_with_the_collector_paused_then_running_on_the_same_tokens(
+    pipeline_run, tmp_path, monkeypatch
+):
     from pipeline import encode_main
 
     paused = []
     real_disable = gc.disable
-    gc.disable = lambda: (paused.append(True), real_disable())[1]  # seen: the collector paused for one timing
-    try:
-        result = tmp_path / "encode.json"
-        encode_main(str(result), str(pipeline_run.sentences), str(pipeline_run.vocab / "spiece.model"),
-                    str(pipeline_run.sentences))  # fmt: skip
-    finally:
-        gc.disable = real_disable
+
+    def disable() -> None:  # seen: the collector paused for one timing
+        paused.append(True)
+        real_disable()
+
+    monkeypatch.setattr(gc, "disable", disable)
+    result = tmp_path / "encode.json"
+    encode_main(str(result), str(pipeline_run.sentences), str(pipeline_run.vocab / "spiece.model"),
+                str(pipeline_run.sentences))  # fmt: skip
     body = json.loads(result.read_text())
     assert paused == [True] and gc.isenabled()  # paused once, and running again afterwards
     assert body["tokens"] == body["one_call_tokens"] > 0  # the same sentences, per file and in one call
