@@ -13,14 +13,15 @@ Unset ones fall back to boto3's own configuration (``AWS_ENDPOINT_URL_S3``, ``~/
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,6 +37,7 @@ __all__ = [
     "exists",
     "join",
     "match_paths",
+    "open_atomically",
     "read_bytes",
     "read_parquet",
     "sha256_hex",
@@ -108,19 +110,32 @@ def download(path: str, local_path: str | os.PathLike, chunk_bytes: int = 8 << 2
     return digest.hexdigest()
 
 
-def write_bytes_atomically(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary sibling that is renamed when complete."""
+@contextlib.contextmanager
+def open_atomically(path: str) -> Iterator[BinaryIO]:
+    """Yields a binary file to write ``path`` through: a temporary sibling, renamed to ``path`` when the block
+    ends, deleted when it raises, so ``path`` is either absent, as before, or whole."""
     # One file-system object for every step: Beam's FileSystems.* build a new one per call (a scan of its
     # plugins, ~60 µs), which a stage writing small shards pays six times per file.
     filesystem = FileSystems.get_filesystem(path)
     directory, name = posixpath.split(path) if "://" in path else _split_local(path)
     _ensure_directory(filesystem, directory)
     tmp = filesystem.join(directory, f".tmp-{uuid.uuid4().hex}-{name}")
-    with filesystem.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(data)
+    try:
+        with filesystem.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            yield f
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error that got here matters, not a failed clean-up
+            filesystem.delete([tmp])
+        raise
     if filesystem.exists(path):
         filesystem.delete([path])
     filesystem.rename([tmp], [path])
+
+
+def write_bytes_atomically(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary sibling that is renamed when complete."""
+    with open_atomically(path) as f:
+        f.write(data)
 
 
 def _ensure_directory(filesystem: FileSystem, directory: str) -> None:

@@ -5,18 +5,18 @@ Shards are Arrow IPC *files* (random access, memory-mappable) named ``{split}-{i
 columns of ``shard_schema``, beside the ``spiece.model`` that produced them, indexed by ``manifest.json``, which
 is written last: a folder without a manifest, or whose manifest does not match its files, is not a shard folder.
 Everything a reader relies on is a typed field of ``Manifest``; readers open shards only through it.
-Pure: imports neither Beam nor torch (the writer is handed the file system's atomic write by its caller).
+Pure: imports neither Beam nor torch (the writer is handed the file system's atomic open by its caller).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -38,8 +38,7 @@ __all__ = [
     "open_shard",
     "rows_table",
     "schema_difference",
-    "serialize_shard",
-    "shard_info",
+    "shard_batches",
     "shard_name",
     "shard_schema",
 ]
@@ -107,19 +106,70 @@ def rows_table(
     return pa.table([columns[f.name] for f in schema], schema=schema)
 
 
-def serialize_shard(table: pa.Table) -> bytes:
-    """Returns the Arrow IPC file bytes of ``table`` (rows already in their final order)."""
-    sink = io.BytesIO()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=ROWS_PER_BATCH):
-            writer.write_batch(batch)
-    return sink.getvalue()
+# The IPC writer writes a buffer sliced from a larger one together with the bytes that follow the slice, up to
+# Arrow's 64-byte alignment, where the larger buffer has them (zeros past its end). So a batch is cut from the rows
+# received so far only once every buffer holds this much past it: cut earlier, it would be written with other
+# bytes than the same batch cut from the whole shard (tests/test_shards.py: 8 is too few, 56 happens to do).
+LOOKAHEAD_BYTES = 64
 
 
-def shard_info(name: str, split: str, table: pa.Table, data: bytes) -> ShardInfo:
-    """Returns the manifest entry of a shard from its table and its serialized bytes."""
-    tokens = int(pa.compute.sum(pa.compute.list_value_length(table["input_ids"])).as_py() or 0)
-    return ShardInfo(name, split, table.num_rows, tokens, len(data), hashlib.sha256(data).hexdigest())
+def shard_batches(runs: Iterable[pa.Table]) -> Iterator[pa.RecordBatch]:
+    """Yields the ``ROWS_PER_BATCH``-row record batches of the runs end to end (the shard's rows in their final
+    order), holding about one run at a time; written in turn, they are the bytes ``to_batches`` of the runs'
+    concatenation would give."""
+    pending: pa.Table | None = None  # rows received and not yet yielded, one chunk per column
+    for run in runs:
+        # One chunk per column, as _bytes_after reads them (the stage's runs are; combining one costs no copy).
+        pending = run.combine_chunks() if pending is None or not pending.num_rows else _joined(pending, run)
+        start = 0
+        while (
+            pending.num_rows - start > ROWS_PER_BATCH
+            and _bytes_after(pending, start + ROWS_PER_BATCH) >= LOOKAHEAD_BYTES
+        ):
+            yield from pending.slice(start, ROWS_PER_BATCH).to_batches()
+            start += ROWS_PER_BATCH
+        pending = pending.slice(start)
+    if pending is not None:
+        yield from pending.to_batches(max_chunksize=ROWS_PER_BATCH)
+
+
+def _joined(head: pa.Table, tail: pa.Table) -> pa.Table:
+    return pa.concat_tables([head, tail]).combine_chunks()
+
+
+def _bytes_after(table: pa.Table, row: int) -> int:
+    """The fewest bytes any value buffer of ``table`` (single-chunk columns) holds past row ``row``'s start."""
+    return min(_array_bytes_after(column.chunk(0), row) for column in table.columns)
+
+
+def _array_bytes_after(array: pa.Array, row: int) -> int:
+    if pa.types.is_list(array.type) or pa.types.is_string(array.type):
+        start = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset + row]  # absolute, into the values
+        if pa.types.is_string(array.type):
+            return array.buffers()[2].size - int(start)
+        return _array_bytes_after(array.values, int(start))  # the values unsliced, as the offsets count them
+    return array.buffers()[1].size - (array.offset + row) * (array.type.bit_width // 8)
+
+
+class _HashingSink:
+    """Write-only stream passing bytes on to ``file`` while hashing and counting them (a shard's manifest entry)."""
+
+    closed = False
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file, self.sha256, self.size = file, hashlib.sha256(), 0
+
+    def write(self, data: Any) -> int:
+        self.sha256.update(data)
+        self.file.write(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
 
 
 def open_shard(path: str | os.PathLike, schema: pa.Schema | None = None) -> pa.Table:
@@ -217,7 +267,7 @@ class Manifest:
         """Reads a folder's manifest; with ``verify``, checks every shard's size and sha256 against it.
 
         ``read_bytes`` and ``join`` are the file system's, local by default (as ``ShardWriter`` is handed its
-        ``write``): a remote folder's manifest is read through them; ``verify`` checks local files only.
+        ``create``): a remote folder's manifest is read through them; ``verify`` checks local files only.
 
         Raises:
             FileNotFoundError: no manifest (the stage did not finish) or a listed shard is missing.
@@ -246,8 +296,9 @@ class ShardWriter:
     """Writes a shard folder the way readers rely on it: each file whole under its final name, and the manifest
     last, only once every shard it must list is there.
 
-    The file system is the caller's: ``write`` puts bytes at a path atomically (a temporary name, then a rename)
-    and ``join`` builds paths, so the same writer fills a local folder, gs:// or s3:// and this module stays pure.
+    The file system is the caller's: ``create`` opens a path to write atomically (a temporary name, renamed when
+    the block ends) and ``join`` builds paths, so the same writer fills a local folder, gs:// or s3:// and this
+    module stays pure.
     Picklable, so Beam workers write their own shards.
 
     Args:
@@ -259,21 +310,32 @@ class ShardWriter:
     folder: str
     files: int
     schema: pa.Schema
-    write: Callable[[str, bytes], None]
+    create: Callable[[str], AbstractContextManager[BinaryIO]]
     join: Callable[..., str] = os.path.join
 
-    def write_shard(self, split: str, index: int, table: pa.Table) -> ShardInfo:
-        """Writes one shard (rows in their final order) and returns its manifest entry."""
-        if not table.schema.equals(self.schema):
-            raise ValueError(f"shard {split} {index}: {schema_difference(table.schema, self.schema)}")
+    def write_shard(self, split: str, index: int, runs: Iterable[pa.Table]) -> ShardInfo:
+        """Writes one shard, its rows in their final order given as consecutive tables, and returns its manifest
+        entry. The rows stream into the file as they come: a shard is never held whole, in rows or in bytes."""
         name = shard_name(split, index, self.files)
-        data = serialize_shard(table)
-        self.write(self.join(self.folder, name), data)
-        return shard_info(name, split, table, data)
+        rows = tokens = 0
+        with self.create(self.join(self.folder, name)) as file:
+            sink = _HashingSink(file)
+            with pa.ipc.new_file(sink, self.schema) as writer:
+                for batch in shard_batches(self._checked(split, index, runs)):
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+                    tokens += pa.compute.sum(pa.compute.list_value_length(batch.column("input_ids"))).as_py() or 0
+        return ShardInfo(name, split, rows, tokens, sink.size, sink.sha256.hexdigest())
+
+    def _checked(self, split: str, index: int, runs: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        for run in runs:
+            if not run.schema.equals(self.schema):
+                raise ValueError(f"shard {split} {index}: {schema_difference(run.schema, self.schema)}")
+            yield run
 
     def write_spiece(self, data: bytes) -> str:
         """Copies the vocabulary into the folder; returns its sha256 for the manifest."""
-        self.write(self.join(self.folder, SPIECE), data)
+        self._write(SPIECE, data)
         return hashlib.sha256(data).hexdigest()
 
     def write_manifest(self, manifest: Manifest) -> None:
@@ -285,7 +347,11 @@ class ShardWriter:
             raise RuntimeError(
                 f"{self.folder}: {len(listed)} shards written, expected {len(expected)} ({missing=}, {extra=})"
             )
-        self.write(self.join(self.folder, MANIFEST), manifest.to_bytes())
+        self._write(MANIFEST, manifest.to_bytes())
+
+    def _write(self, name: str, data: bytes) -> None:
+        with self.create(self.join(self.folder, name)) as file:
+            file.write(data)
 
 
 def file_mismatch(path: str | os.PathLike, size: int | None, sha256: str) -> str | None:

@@ -29,7 +29,7 @@ from albert_lightning.hf import export_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining import AlbertPretraining
 from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
-from pipelines.files import write_bytes_atomically
+from pipelines.files import open_atomically
 from pipelines.shards import SPIECE, Manifest, ShardWriter, open_shard
 from tests.conftest import DISTRIBUTED_ENV
 
@@ -150,11 +150,11 @@ def write_subset(source: Path, folder: Path, rows: int, validation_rows: int | N
     its train split and the first ``validation_rows`` of its validation split."""
     folder.mkdir(parents=True)
     manifest = Manifest.read(source)
-    writer = ShardWriter(str(folder), 1, manifest.schema, write_bytes_atomically)
+    writer = ShardWriter(str(folder), 1, manifest.schema, open_atomically)
     shards = []
     for split, count in (("train", rows), ("validation", rows if validation_rows is None else validation_rows)):
         table = pa.concat_tables(open_shard(p) for p in manifest.paths(source, split)).slice(0, count)
-        shards.append(writer.write_shard(split, 0, table))
+        shards.append(writer.write_shard(split, 0, [table]))
     writer.write_spiece((source / SPIECE).read_bytes())
     writer.write_manifest(dataclasses.replace(manifest, shards=shards))
     return folder
