@@ -10,7 +10,11 @@ interleaved (every setting once per round), and reports medians and spread ((max
   *written* D times, in D differently masked and paired copies) with
   ``--direct_running_mode=multi_processing --direct_num_workers`` 1 and 2;
 - ``{1x,10x}-d1``: the stage at dupe_factor 1 and validation_dupe_factor 1 (params.yaml's 4 would write the
-  held-out tenth of the documents four times) and one worker: each document encoded once and written once;
+  held-out tenth of the documents four times) and ``--direct_num_workers 1``: each document encoded once and
+  written once, by one worker run as the stage runs it (in-process: a worker process of its own shares nothing);
+- ``{1x,10x}-d1-mp``: the same with ``--direct_running_mode=multi_processing``, one SDK worker process beside
+  the runner's (the basis of the figures before: the process and its channels to the runner cost ~10 % more CPU
+  per token);
 - ``encode``: raw ``sp.encode(texts, num_threads=1)`` of every sentence of the 10x copy, one call per sentence
   file, timed inside its process with CPython's collector paused. A call holds every list of ids it makes alive
   until it returns, and the collector scans them again and again: ~20 % more CPU per token for a 256 KB file's
@@ -27,9 +31,10 @@ Each run gives the wall time of ``instances.run()`` (timed inside the subprocess
 process tree (``os.wait4``: the stage's process and Beam's SDK workers, start-up included). The ratios, each
 stored with what it divides (``bench/measure.py``):
 
-1. ``encode_cost_d1`` (target ≥ 0.8): the stage's encoded tokens per CPU-second at dupe_factor 1, with the fixed
-   cost removed (the difference between the 10x and 1x runs) ÷ raw encode's tokens per CPU-second; also from
-   wall time, over the whole 10x run (fixed cost included), against the calls with the collector running, and
+1. ``encode_cost_d1`` (target ≥ 0.8): the stage's encoded tokens per CPU-second at dupe_factor 1, one worker,
+   with the fixed cost removed (the difference between the 10x and 1x runs) ÷ raw encode's tokens per CPU-second;
+   also with the worker in a process of its own (``encode_cost_d1_multiprocess``), from wall time, over the whole
+   10x run (fixed cost included), against the calls with the collector running, and
    ``encode_cost_d1_vs_stage_encode`` against the stage's own tokenisation (SentencePiece's int32 buffers), which
    leaves only what the stage adds to encoding;
 2. ``written_per_cpu_s_{x}``: tokens written (manifest counter ``tokens``) at dupe_factor D per CPU-second of
@@ -92,15 +97,19 @@ TARGETS = {
 }
 REFERENCE_FILES = 6  # of the 1x copy's sentence files: ~35 CPU-s of the reference's loop at dupe_factor 16
 REFERENCE_KNOBS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "ngram")
-# label: (corpus copy, workers, dupe_factor or None for params.yaml's); one round runs them in this order. The
-# settings at dupe_factor 1 also hold out at validation_dupe_factor 1: every document written once.
+# label: (corpus copy, workers, dupe_factor or None for params.yaml's, Beam's running mode or None for the stage's
+# choice); one round runs them in this order. The settings at dupe_factor 1 also hold out at validation_dupe_factor
+# 1: every document written once. Worker counts are compared in one mode, so a worker is a process there.
+MULTI = "multi_processing"
 SETTINGS = {
-    "1x-w1": ("1x", 1, None),
-    "1x-w2": ("1x", 2, None),
-    "10x-w1": ("10x", 1, None),
-    "10x-w2": ("10x", 2, None),
-    "1x-d1": ("1x", 1, 1),
-    "10x-d1": ("10x", 1, 1),
+    "1x-w1": ("1x", 1, None, MULTI),
+    "1x-w2": ("1x", 2, None, MULTI),
+    "10x-w1": ("10x", 1, None, MULTI),
+    "10x-w2": ("10x", 2, None, MULTI),
+    "1x-d1": ("1x", 1, 1, None),
+    "10x-d1": ("10x", 1, 1, None),
+    "1x-d1-mp": ("1x", 1, 1, MULTI),
+    "10x-d1-mp": ("10x", 1, 1, MULTI),
 }
 
 
@@ -175,12 +184,19 @@ def build_copies(sentences: Path, corpus_stats: Path, output: Path, copies: int 
 
 
 def run_instances(
-    label: str, sentences: Path, work: Path, workers: int, dupe_factor: int, extra: tuple[str, ...] = ()
+    label: str,
+    sentences: Path,
+    work: Path,
+    workers: int,
+    dupe_factor: int,
+    extra: tuple[str, ...] = (),
+    mode: str | None = MULTI,
 ) -> dict:
-    """Runs the instances stage in a subprocess (this file in ``--_child`` mode) and measures its process tree."""
+    """Runs the instances stage in a subprocess (this file in ``--_child`` mode) and measures its process tree;
+    ``mode``: Beam's direct_running_mode, None for the stage's own choice for ``workers``."""
     output, result, log = work / f"shards-{label}", work / f"result-{label}.json", work / f"instances-{label}.log"
     shutil.rmtree(output, ignore_errors=True)
-    beam = ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    beam = [f"--direct_num_workers={workers}", *([f"--direct_running_mode={mode}"] if mode else [])]
     argv = ["--params", str(PARAMS), "--input", str(sentences), "--spiece", str(work / "vocab" / "spiece.model")]
     argv += ["--output", str(output), "--dupe_factor", str(dupe_factor), *extra, *beam]
     tree = measure.run_tree([sys.executable, __file__, "--_child", str(result), *argv], log)
@@ -314,9 +330,9 @@ def measure_all(args: argparse.Namespace, work: Path) -> dict:
             return run_encode(work, folders["10x"], folders["1x"])
         if label == "reference":
             return run_reference(work, folders["1x"], params["instances"], dupe_factor)
-        size, workers, dupe = SETTINGS[label]
+        size, workers, dupe, mode = SETTINGS[label]
         once = ("--validation_dupe_factor", "1") if dupe == 1 else ()
-        return run_instances(label, folders[size], work, workers, dupe or dupe_factor, once)
+        return run_instances(label, folders[size], work, workers, dupe or dupe_factor, once, mode)
 
     rounds = measure.run_rounds([*SETTINGS, "encode", "reference"], args.rounds, run)
     return {"dupe_factor": dupe_factor, **{label: combine(runs) for label, runs in rounds.items()}}
@@ -342,9 +358,14 @@ def ratios(f: dict) -> dict[str, dict]:
         "encode_cost_d1": measure.ratio(
             stage_cpu, raw_cpu,
             "stage tokens encoded per CPU-s of the process tree at dupe_factor 1 (each document written once), "
-            "1 worker, fixed cost removed (10x − 1x runs) ÷ raw sp.encode tokens per CPU-s on the same sentences, "
-            "one call per file, CPython's collector paused",
+            "1 worker (in-process, the stage's mode for one), fixed cost removed (10x − 1x runs) ÷ raw sp.encode "
+            "tokens per CPU-s on the same sentences, one call per file, CPython's collector paused",
             by_round(f, ("encode", "1x-d1", "10x-d1"), encode_cost)),
+        "encode_cost_d1_multiprocess": measure.ratio(
+            (encoded[1] - encoded[0]) / (f["10x-d1-mp"]["cpu_s"][med] - f["1x-d1-mp"]["cpu_s"][med]), raw_cpu,
+            "the same with the worker in a process of its own (multi_processing, 1 SDK worker): the basis of the "
+            "figures before",
+            by_round(f, ("encode", "1x-d1-mp", "10x-d1-mp"), encode_cost)),
         "encode_cost_d1_with_collector": measure.ratio(
             stage_cpu,
             e["tokens"] / e["collector_cpu_s"][med],
