@@ -105,9 +105,14 @@ def test_the_stage_encodes_as_sp_encode_does(pipeline_run: PipelineRun, sp: spm.
     assert tokens.dtype == np.int32 and tokens.tolist() == [t for ids in expected for t in ids]
 
 
-def test_a_group_of_files_encodes_to_each_files_own_documents(pipeline_run: PipelineRun) -> None:
-    """A worker encodes a group of files in one call: each file must get the documents it gets alone, an empty
-    file's (no documents) and a last group's shorter run included."""
+@pytest.mark.parametrize("per_call", [instances.ENCODE_SENTENCES, 5])
+def test_a_group_of_files_encodes_to_each_files_own_documents(
+    pipeline_run: PipelineRun, per_call: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker encodes a group of files in calls of a few thousand sentences (of 5 here, cutting files and
+    documents): each file must get the documents it gets alone, an empty file's (no documents) and a last group's
+    shorter run included."""
+    monkeypatch.setattr(instances, "ENCODE_SENTENCES", per_call)
     paths = sorted(map(str, pipeline_run.sentences.glob("sentences-*")))
     groups = instances._groups(paths)
     assert [path for group in groups for _, path in group] == paths
