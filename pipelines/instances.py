@@ -135,7 +135,7 @@ def _work_s(config: InstancesConfig, paths: dict[str, str | None]) -> float:
 FILES_PER_ENCODE = 4
 # Sentences per SentencePiece call, back to back over the group: a call returns a Python object per sentence, and
 # ~50 k of them alive at once (four 1 MB files) left a worker ~45 MB larger for good (ru_maxrss 446 against 403 MB
-# in calls of 8192, dupe_factor 16, 2 workers, the 10x copy), at no CPU cost (interleaved: 0.96x).
+# in calls of 8192, dupe_factor 16, 2 workers, the 10x copy), and one call took 1.06x the CPU (4 interleaved rounds).
 ENCODE_SENTENCES = 8192
 
 
