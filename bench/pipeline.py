@@ -14,7 +14,8 @@ interleaved (every setting once per round), and reports medians and spread ((max
   written once, by one worker run as the stage runs it (in-process: a worker process of its own shares nothing);
 - ``{1x,10x}-d1-mp``: the same with ``--direct_running_mode=multi_processing``, one SDK worker process beside
   the runner's (the basis of the figures before). Its fixed cost is not fixed: ~3 CPU-s over in-process mode's
-  at 1x, ~1 s at 10x, so the 10x − 1x subtraction credits this mode with less per-token work;
+  at 1x, ~1 s at 10x, so the 10x − 1x subtraction credits this mode with less per-token work than the stage's
+  DoFn, called in a loop without Beam, takes (which in-process runs match);
 - ``encode``: raw ``sp.encode(texts, num_threads=1)`` of every sentence of the 10x copy, one call per sentence
   file, timed inside its process with CPython's collector paused. A call holds every list of ids it makes alive
   until it returns, and the collector scans them again and again: ~20 % more CPU per token for a 256 KB file's
