@@ -143,19 +143,20 @@ def test_a_copied_folder_written_by_the_writer_reads_and_verifies(pipeline_run: 
 def _random_rows(rng: np.random.Generator, rows: int) -> pa.Table:
     """Rows of the shard schema with lists of every length from empty up (masks can be empty, ids never are)."""
 
-    def lists(lo: int, high: int) -> tuple[np.ndarray, np.ndarray]:
-        offsets = np.concatenate([[0], np.cumsum(rng.integers(lo, high, rows))])
+    def random_lists(shortest: int, longest: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, values) of ``rows`` lists of ``shortest`` to ``longest`` - 1 values each."""
+        offsets = np.concatenate([[0], np.cumsum(rng.integers(shortest, longest, rows))])
         return offsets, rng.integers(0, 100, offsets[-1])
 
-    ids, masked = lists(3, 40), lists(0, 5)
+    ids, masked = random_lists(3, 40), random_lists(0, 5)
+    lists = {"input_ids": ids, "token_type_ids": (ids[0], ids[1] % 2), "masked_lm_positions": masked}
     scalars = {
         "sentence_order_label": rng.integers(0, 2, rows),
         "document_id": pa.array([f"doc-{'x' * int(n)}" for n in rng.integers(0, 30, rows)]),
         "duplicate": rng.integers(0, 16, rows),
         "target_length": rng.integers(3, 128, rows),
     }
-    lists_ = {"input_ids": ids, "token_type_ids": (ids[0], ids[1] % 2), "masked_lm_positions": masked}
-    return rows_table(shard_schema(5000, 512), lists_ | {"masked_lm_ids": masked}, scalars)
+    return rows_table(shard_schema(5000, 512), lists | {"masked_lm_ids": masked}, scalars)
 
 
 def _ipc_bytes(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes:
