@@ -345,12 +345,16 @@ def ratios(f: dict) -> dict[str, dict]:
     e, d1, d10 = f["encode"], f["1x-d1"], f["10x-d1"]
     encoded = (e["tokens"] // COPIES, e["tokens"])  # tokens the stage encodes at 1x and 10x: each sentence once
     raw_cpu, raw_wall = e["tokens"] / e["cpu_s"][med], e["tokens"] / e["wall_s"][med]
-    # the stage's encoded tokens per CPU-s at dupe_factor 1, fixed cost removed: the numerator of three ratios
-    stage_cpu = (encoded[1] - encoded[0]) / (d10["cpu_s"][med] - d1["cpu_s"][med])
     D = f["dupe_factor"]
 
+    def encoded_per_cpu_s(small_cpu_s: float, large_cpu_s: float) -> float:
+        """The stage's encoded tokens per CPU-s at dupe_factor 1, fixed cost removed (10x run − 1x run)."""
+        return (encoded[1] - encoded[0]) / (large_cpu_s - small_cpu_s)
+
+    stage_cpu = encoded_per_cpu_s(d1["cpu_s"][med], d10["cpu_s"][med])  # the numerator of several ratios
+
     def encode_cost(encode: dict, small: dict, large: dict) -> float:
-        return (encoded[1] - encoded[0]) / (large["cpu_s"] - small["cpu_s"]) / (encode["tokens"] / encode["cpu_s"])
+        return encoded_per_cpu_s(small["cpu_s"], large["cpu_s"]) / (encode["tokens"] / encode["cpu_s"])
 
     def peak_ratio(large: dict, small: dict) -> float:
         return large["tree_peak_mb"] / small["tree_peak_mb"]
@@ -363,7 +367,7 @@ def ratios(f: dict) -> dict[str, dict]:
             "tokens per CPU-s on the same sentences, one call per file, CPython's collector paused",
             by_round(f, ("encode", "1x-d1", "10x-d1"), encode_cost)),
         "encode_cost_d1_multiprocess": measure.ratio(
-            (encoded[1] - encoded[0]) / (f["10x-d1-mp"]["cpu_s"][med] - f["1x-d1-mp"]["cpu_s"][med]), raw_cpu,
+            encoded_per_cpu_s(f["1x-d1-mp"]["cpu_s"][med], f["10x-d1-mp"]["cpu_s"][med]), raw_cpu,
             "the same with the worker in a process of its own (multi_processing, 1 SDK worker): the basis of the "
             "figures before",
             by_round(f, ("encode", "1x-d1-mp", "10x-d1-mp"), encode_cost)),
