@@ -201,3 +201,36 @@ def test_raw_encode_is_timed_with_the_collector_paused_then_running_on_the_same_
     assert body["tokens"] == body["one_call_tokens"] > 0  # the same sentences, per file and in one call
     assert body["files"] == len(list(pipeline_run.sentences.glob("sentences-*.parquet")))
     assert min(body[k] for k in ("cpu_s", "collector_cpu_s", "stage_encode_cpu_s", "one_call_cpu_s")) > 0
+
+
+def test_the_step_timer_counts_each_step_without_the_timed_steps_it_calls(monkeypatch):
+    import instances_steps
+
+    clock = iter([0.0, 1.0, 5.0, 6.0, 6.5, 10.0])  # outer opens, inner 1-5, inner 6-6.5, outer closes at 10
+    monkeypatch.setattr(instances_steps.time, "process_time", lambda: next(clock))
+    timer = instances_steps.StepTimer()
+    inner = timer.timed("inner", lambda x: x + 1)
+    with timer.step("outer"):
+        assert inner(1) == 2 and inner(2) == 3
+    assert timer.cpu_s == {"outer": 10.0 - 4.0 - 0.5, "inner": 4.5}
+
+
+def test_instances_steps_times_every_step_of_the_dofn_against_raw_encode(pipeline_run, tmp_path):
+    import instances_steps
+
+    from pipelines import instances
+
+    originals = {name: getattr(owner, name) for owner, name, _ in instances_steps.STEPS.values()}
+    spiece = pipeline_run.vocab / "spiece.model"
+    argv = ["--sentences", str(pipeline_run.sentences), "--spiece", str(spiece), "--rounds", "1"]
+    found = instances_steps.main([*argv, "--results", str(tmp_path)])
+    # Each step ran (a renamed function the DoFn no longer calls would count nothing) and was put back after.
+    assert all(found[step]["numerator"] > 0 for step in [*instances_steps.STEPS, instances_steps.REST])
+    assert {name: getattr(owner, name) for owner, name, _ in instances_steps.STEPS.values()} == originals
+    assert instances._encode_ids is originals["_encode_ids"]
+    body = json.loads((tmp_path / "instances_steps.json").read_text())
+    (run,) = body["figures"]["runs"]
+    assert run["tokens"] > 0 and run["files"] == len(list(pipeline_run.sentences.glob("sentences-*.parquet")))
+    steps_cpu_s = sum(run["steps_cpu_s"].values())
+    assert found["loop_encode_cost_d1"]["value"] == pytest.approx(run["raw_cpu_s"] / steps_cpu_s)
+    assert found["tokenise"]["value"] == pytest.approx(run["steps_cpu_s"]["tokenise"] / run["raw_cpu_s"])
