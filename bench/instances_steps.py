@@ -6,13 +6,13 @@ them with ``--sentences`` and ``--spiece``).
 
 bench/pipeline.py's ``encode_cost_d1`` says how far the stage's per-token cost is from raw encoding; this says
 where the difference goes. In this one process, the stage's DoFn (``instances._BuildShardsFn``, run as ``Counted``
-runs it, writing real shards to a temporary folder) builds every file's shards at dupe_factor 1 and
-validation_dupe_factor 1, a group of files at a time as a worker does, and each step's CPU time is recorded
-without the steps it calls. After each group, raw ``sp.encode`` (bench/pipeline.py's denominator: one call per
-file, one thread, CPython's collector paused) encodes the same sentences, so stage and raw are timed within
-seconds of each other: this machine's speed drifts by ~10 % over minutes. A first pass over one group warms up
-(numba loads its cached code) and is not counted. No Beam runner: its per-element cost is in bench/pipeline.py's
-runs only.
+runs it, writing real shards to a temporary folder) builds every file's shards at params.yaml's knobs with
+dupe_factor 1 and validation_dupe_factor 1 (as bench/pipeline.py's d1 runs), a group of files at a time as a
+worker does, and each step's CPU time is recorded without the steps it calls. After each group, raw ``sp.encode``
+(bench/pipeline.py's denominator: one call per file, one thread, CPython's collector paused) encodes the same
+sentences, so stage and raw are timed within seconds of each other: this machine's speed drifts by ~10 % over
+minutes. A first pass over one group warms up (numba loads its cached code) and is not counted. No Beam runner:
+its per-element cost is in bench/pipeline.py's runs only.
 
 Each step's ratio is its CPU-s ÷ raw encode's CPU-s on the same files; the steps together are the whole DoFn, so
 ``loop_encode_cost_d1`` = raw ÷ their sum, and the ratios of the steps other than ``tokenise`` add up to what the
@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 
 from pipelines import files, instances, shards, stage
 from pipelines.documents import finished_files
+from pipelines.params import load_params
 from pipelines.vocab_layout import spiece_from_proto
 
 # step: (owner, attribute, what it does). The DoFn's own lines (grouping, ids, splits, counters) are "rest".
@@ -96,9 +97,11 @@ def steps_timed(timer: StepTimer) -> Iterator[None]:
             setattr(owner, name, original)
 
 
-def one_round(sentences: Path, spiece: str) -> dict:
-    """Builds every shard of ``sentences`` once, timing each step, and raw-encodes each group after it."""
-    config = instances.InstancesConfig(dupe_factor=1, validation_dupe_factor=1)
+def one_round(sentences: Path, spiece: str, params: Path) -> dict:
+    """Builds every shard of ``sentences`` once at ``params``'s knobs and dupe_factor 1, timing each step, and
+    raw-encodes each group after it."""
+    knobs = {**load_params(params, "instances"), "dupe_factor": 1, "validation_dupe_factor": 1}
+    config = instances.InstancesConfig(**knobs)
     sp = spiece_from_proto(files.read_bytes(spiece), spiece)
     inputs = finished_files(str(sentences), "sentences")
     schema = shards.shard_schema(sp.get_piece_size(), config.max_seq_length)
@@ -167,6 +170,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="bench/pipeline.py's --workdir: its sentences-x10 and vocab")
     parser.add_argument("--sentences", type=Path, help="segment-stage folder (default: WORKDIR/sentences-x10)")
     parser.add_argument("--spiece", type=Path, help="spiece.model (default: WORKDIR/vocab/spiece.model)")
+    parser.add_argument("--params", type=Path, default=measure.REPO / "params.yaml", help="instances knobs")
     parser.add_argument("--rounds", type=int, default=3, help="passes over every file")
     parser.add_argument("--results", type=Path, default=measure.REPO / "bench" / "results", help="output folder")
     args = parser.parse_args(argv)
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     runs = []
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds} ...", file=sys.stderr)
-        runs.append(one_round(args.sentences, str(args.spiece)))
+        runs.append(one_round(args.sentences, str(args.spiece), args.params))
     found, load = ratios(runs), max(r["other_cores"] for r in runs)
     lines = table(found, runs)
     print("\n".join(lines))
