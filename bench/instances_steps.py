@@ -25,7 +25,6 @@ import argparse
 import collections
 import contextlib
 import functools
-import gc
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import measure
-import pyarrow.compute as pc
+from pipeline import file_sentences, raw_encode, timed_encode
 
 from pipelines import files, instances, shards, stage
 from pipelines.documents import finished_files
@@ -117,17 +116,12 @@ def one_round(sentences: Path, spiece: str, params: Path) -> dict:
         for group in groups:
             with timer.step(REST):
                 list(fn.process(group))
-            texts = [pc.list_flatten(files.read_parquet(path, ["sentences"]).column("sentences")).to_pylist()
-                     for _, path in group]  # fmt: skip
-            gc.disable()
-            start = time.process_time()
-            tokens += sum(len(ids) for file in texts for ids in sp.encode(file, num_threads=1))
-            raw_cpu_s += time.process_time() - start
-            gc.enable()
-    own, wall = time.process_time() - own, time.perf_counter() - wall
-    other_cores = max(0.0, (measure.busy_cpu_s() - busy - own) / wall)
+            texts = [file_sentences(path) for _, path in group]
+            encoded, _, cpu_s = timed_encode(functools.partial(raw_encode, sp), texts, collector=False)
+            tokens, raw_cpu_s = tokens + encoded, raw_cpu_s + cpu_s
+    other = measure.other_cores(busy, time.process_time() - own, time.perf_counter() - wall)
     return {"files": len(inputs), "tokens": tokens, "raw_cpu_s": raw_cpu_s, "steps_cpu_s": dict(timer.cpu_s),
-            "other_cores": other_cores}  # fmt: skip
+            "other_cores": other}  # fmt: skip
 
 
 def ratios(runs: list[dict]) -> dict[str, dict]:

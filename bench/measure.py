@@ -40,6 +40,7 @@ __all__ = [
     "busy_cpu_s",
     "interleave",
     "machine",
+    "other_cores",
     "ratio",
     "run_rounds",
     "run_tree",
@@ -153,7 +154,7 @@ def run_tree(command: Sequence[str], log: Path | None = None, cwd: Path = REPO) 
         child.returncode = os.waitstatus_to_exitcode(status)
         wall_s = time.perf_counter() - start
         cpu_s = usage.ru_utime + usage.ru_stime
-        other = max(0.0, (busy_cpu_s() - busy_before - cpu_s) / wall_s)
+        other = other_cores(busy_before, cpu_s, wall_s)
         sampler.stop.set()
         sampler.join()
     finally:
@@ -161,6 +162,12 @@ def run_tree(command: Sequence[str], log: Path | None = None, cwd: Path = REPO) 
             out.close()
     maxrss_mb = usage.ru_maxrss * 1024 / MB  # KiB on Linux
     return TreeRun(child.returncode, wall_s, cpu_s, other, maxrss_mb, sampler.peak_bytes / MB, sampler.sdk_workers)
+
+
+def other_cores(busy_before: float, own_cpu_s: float, wall_s: float) -> float:
+    """Mean cores other processes kept busy over ``wall_s``: the machine's busy CPU-s since ``busy_before``
+    (``busy_cpu_s``) less the measured run's own ``own_cpu_s``."""
+    return max(0.0, (busy_cpu_s() - busy_before - own_cpu_s) / wall_s)
 
 
 def verdicts(ratios: dict[str, dict], targets: dict[str, tuple[str, float]], load: float) -> list[str]:

@@ -63,6 +63,7 @@ and command line.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import hashlib
 import json
@@ -233,12 +234,35 @@ def child_main(result: str, argv: list[str]) -> None:
     Path(result).write_text(json.dumps(body))
 
 
+def file_sentences(path: str | Path) -> list[str]:
+    """Every sentence of one segment-stage file, in order."""
+    return pc.list_flatten(files.read_parquet(str(path), columns=["sentences"]).column("sentences")).to_pylist()
+
+
 def _sentences(folder: str) -> list[list[str]]:
     """Every sentence of a segment-stage folder, one list per file."""
-    return [
-        pc.list_flatten(files.read_parquet(str(path), columns=["sentences"]).column("sentences")).to_pylist()
-        for path in sorted(Path(folder).glob("sentences-*-of-*.parquet"))
-    ]
+    return [file_sentences(path) for path in sorted(Path(folder).glob("sentences-*-of-*.parquet"))]
+
+
+def raw_encode(sp: spm.SentencePieceProcessor, texts: list[str]) -> int:
+    """Raw encoding, the benches' per-token baseline: ``sp.encode`` in one thread; returns the pieces made."""
+    return sum(map(len, sp.encode(texts, num_threads=1)))
+
+
+def timed_encode(
+    encode: Callable[[list[str]], int], per_file: list[list[str]], collector: bool
+) -> tuple[int, float, float]:
+    """(tokens, wall-s, CPU-s) of ``encode`` over every file's sentences, CPython's collector paused unless
+    ``collector``."""
+    tokens, start, cpu = 0, time.perf_counter(), time.process_time()
+    if not collector:
+        gc.disable()
+    try:
+        for texts in per_file:
+            tokens += encode(texts)
+    finally:
+        gc.enable()
+    return tokens, time.perf_counter() - start, time.process_time() - cpu
 
 
 def encode_main(result: str, sentences: str, spiece: str, one_call: str) -> None:
@@ -247,32 +271,22 @@ def encode_main(result: str, sentences: str, spiece: str, one_call: str) -> None
     ``one_call``'s."""
     per_file = _sentences(sentences)
     sp = spm.SentencePieceProcessor(model_file=spiece)
+    raw = functools.partial(raw_encode, sp)
 
-    def timed(encode: Callable[[list[str]], int], collector: bool) -> tuple[int, float, float]:
-        """(tokens, wall-s, CPU-s) of ``encode`` over every file's sentences."""
-        tokens, start, cpu = 0, time.perf_counter(), time.process_time()
-        if not collector:
-            gc.disable()
-        try:
-            for texts in per_file:
-                tokens += encode(texts)
-        finally:
-            gc.enable()
-        return tokens, time.perf_counter() - start, time.process_time() - cpu
+    def stage_encode(texts: list[str]) -> int:
+        # The stage's own tokenisation (SentencePiece's int32 buffers, no Python int per piece), as it runs it.
+        return len(instances._encode_ids(sp, texts)[0])
 
-    def raw(texts: list[str]) -> int:
-        return sum(map(len, sp.encode(texts, num_threads=1)))
+    tokens, wall_s, cpu_s = timed_encode(raw, per_file, collector=False)
+    collector_tokens, _, collector_cpu_s = timed_encode(raw, per_file, collector=True)
 
-    tokens, wall_s, cpu_s = timed(raw, collector=False)
-    collector_tokens, _, collector_cpu_s = timed(raw, collector=True)
-    # The stage's own tokenisation (SentencePiece's int32 buffers, no Python int per piece), as the stage runs it.
-    stage_tokens, _, stage_encode_cpu_s = timed(lambda texts: len(instances._encode_ids(sp, texts)[0]), True)
+    stage_tokens, _, stage_encode_cpu_s = timed_encode(stage_encode, per_file, collector=True)
     assert tokens == collector_tokens == stage_tokens, "the stage's encoding differs from sp.encode"
     counts = {"files": len(per_file), "sentences": sum(map(len, per_file))}
     per_file.clear()  # the one call's sentences take their place
     texts = [text for file in _sentences(one_call) for text in file]
     one_call_cpu = time.process_time()
-    one_call_tokens = sum(map(len, sp.encode(texts, num_threads=1)))
+    one_call_tokens = raw(texts)
     one_call_cpu_s = time.process_time() - one_call_cpu
     body = {**counts, "tokens": tokens, "wall_s": wall_s, "cpu_s": cpu_s, "collector_cpu_s": collector_cpu_s,
             "stage_encode_cpu_s": stage_encode_cpu_s, "one_call_tokens": one_call_tokens,
