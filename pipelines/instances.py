@@ -8,7 +8,8 @@ each file draws every sentence pair (all ``dupe_factor`` duplicates), orders the
 them out and masks them in runs of rows, and writes the two shards. Each file's shards depend on that file
 alone, and the work unit is a few files of bounded size, so memory stays flat however large the corpus, and
 nothing gathers all instances.
-A document is held out for validation by the hash of its id, so changing the seed keeps the split.
+A document is held out (validation and evaluation, never trained on) by ``pipelines.splits``, the one split every
+stage shares; the tasks stage takes its dev and test examples from the same held-out documents.
 
 ``--eval_output FOLDER`` also writes the held-out documents alone as SOP pairs and as NSP pairs, to
 ``FOLDER/sop`` and ``FOLDER/nsp`` (the sets of the paper's Table 5 intrinsic columns, whatever objective the
@@ -51,6 +52,7 @@ from pipelines.shards import (
     shard_schema,
 )
 from pipelines.sop import Documents, PairConfig
+from pipelines.splits import SPLIT_KEY, check_agrees, check_fraction
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import spiece_from_proto
@@ -69,8 +71,13 @@ class InstancesConfig:
     ngram: int = field(default=3, metadata={"help": "longest masked span, in words"})
     favor_shorter_ngram: bool = field(default=True, metadata={"help": "p(n) proportional to 1/n"})
     inter_sentence: str = field(default="sop", metadata={"help": "sop | nsp | none"})
-    validation_fraction: float = field(default=0.02, metadata={"help": "share of documents held out"})
+    held_out_fraction: float = field(
+        default=0.2, metadata={"help": "share of documents held out (top-level param: every stage's one split)"}
+    )
     validation_dupe_factor: int = field(default=1, metadata={"help": "passes over each validation document"})
+
+    def __post_init__(self) -> None:
+        check_fraction(self.held_out_fraction)
 
     @property
     def pairs(self) -> PairConfig:
@@ -99,7 +106,7 @@ def _outputs(
 ) -> list[ShardOutput]:
     """The stage's shard folders: ``output`` with ``config``, then, with ``eval_output``, one folder per
     ``EVAL_OBJECTIVES`` holding the held-out documents alone (``dupe_factor`` 0) paired that way; all hold out
-    the same documents (one ``validation_fraction``)."""
+    the same documents (one ``held_out_fraction``)."""
 
     def writer(folder: str) -> ShardWriter:
         return ShardWriter(folder, num_files, schema, files.open_atomically, files.join)
@@ -121,7 +128,7 @@ ENCODE_CPU_S_PER_MB, PASS_CPU_S_PER_MB = 0.2, 0.03
 
 def _work_s(config: InstancesConfig, paths: dict[str, str | None]) -> float:
     """The stage's estimated single-core seconds, which size Beam's local runner (``options.local_mode``)."""
-    held_out = config.validation_fraction
+    held_out = config.held_out_fraction
     passes = config.dupe_factor * (1 - held_out) + config.validation_dupe_factor * held_out
     if paths.get("eval_output"):
         passes += len(EVAL_OBJECTIVES) * config.validation_dupe_factor * held_out
@@ -161,9 +168,9 @@ class _BuildShardsFn(beam.DoFn):
 
     def _file_shards(self, index: int, ids: pa.Array, documents: Documents) -> Iterator[tuple[int, ShardInfo]]:
         """Builds and writes every output's two shards of sentence file ``index``."""
-        # unit_interval("validation", id) < fraction for every id at once; the outputs share the fraction.
-        fraction = self.outputs[0].config.validation_fraction
-        held_out = stable_hashes64(("validation",), ids) / 2.0**64 < fraction
+        # splits.is_held_out for every id at once; the outputs share the fraction.
+        fraction = self.outputs[0].config.held_out_fraction
+        held_out = stable_hashes64((SPLIT_KEY,), ids) / 2.0**64 < fraction
         for position, (output, knobs) in enumerate(zip(self.outputs, self.knobs, strict=True)):
             output.counters.inc("documents", len(ids))
             for split, items in _items(ids, held_out, output.config).items():
@@ -304,9 +311,11 @@ def _read_shard_index(output: str) -> list[ShardInfo]:
     return shards
 
 
-def _normalizer(input_folder: str) -> Normalizer:
-    """How the segment stage normalised the text: recorded in the manifest for fine-tuning and export."""
+def _normalizer(input_folder: str, held_out_fraction: float) -> Normalizer:
+    """How the segment stage normalised the text: recorded in the manifest for fine-tuning and export. Checks
+    that a deduplicated input kept held-out documents at this stage's split."""
     stats = read_stats(input_folder)
+    check_agrees(stats.get("held_out_fraction"), held_out_fraction, files.join(input_folder, STATS))
     if "normalizer" not in stats:
         raise ValueError(f"{files.join(input_folder, STATS)}: no normalizer record (older segment stage); rerun it")
     return Normalizer(**stats["normalizer"])
@@ -353,7 +362,7 @@ def run(argv: list[str] | None = None) -> Manifest:
     )
     config, (input_folder, spiece, output, eval_output) = args.config, args.paths.values()
     inputs = finished_files(input_folder, "sentences")
-    normalizer = _normalizer(input_folder)
+    normalizer = _normalizer(input_folder, config.held_out_fraction)
     spiece_bytes = files.read_bytes(spiece)
     vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
     config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts

@@ -22,6 +22,8 @@ from pipelines.commands import VERBOSE_FLAG  # stripped by commands.main; listed
 __all__ = ["ParsedConfig", "load_params", "parse_config"]
 
 C = TypeVar("C")
+# Top-level params that several commands read as a field of their own config: one value for all of them.
+TOP_LEVEL = ("seed", "held_out_fraction")
 
 
 @dataclasses.dataclass
@@ -36,14 +38,16 @@ class ParsedConfig(Generic[C]):
 
 
 def load_params(path: str | os.PathLike | None, section: str) -> dict[str, Any]:
-    """Returns ``params.yaml``'s ``section`` plus the top-level ``seed``; {} when there is no file."""
+    """Returns ``params.yaml``'s ``section`` plus the top-level keys every stage shares (``TOP_LEVEL``); {} when
+    there is no file."""
     if path is None or not Path(path).exists():
         return {}
     with open(path, encoding="utf-8") as f:
         params = yaml.safe_load(f) or {}
     values = dict(params.get(section) or {})
-    if "seed" in params:
-        values.setdefault("seed", params["seed"])
+    for key in TOP_LEVEL:
+        if key in params:
+            values.setdefault(key, params[key])
     return values
 
 
@@ -110,7 +114,7 @@ def parse_config(
     known, rest = parser.parse_known_args(argv) if allow_rest else (parser.parse_args(argv), [])
     values = load_params(known.params, section)
     names = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(values) - names - {"seed"})
+    unknown = sorted(set(values) - names - set(TOP_LEVEL))
     if unknown:
         raise SystemExit(f"{known.params}: unknown keys in section '{section}': {', '.join(unknown)}")
     values = {k: v for k, v in values.items() if k in names}

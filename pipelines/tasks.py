@@ -1,17 +1,12 @@
 """Tasks stage: segmented documents of the embedded default corpus → downstream evaluation tasks → ``data/tasks/``.
 
 Run: ``python -m pipelines.tasks --input data/sentences --output data/tasks`` (Beam options may follow).
-Three labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
+Two labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
 evaluate a pretrained model with no download:
 
 - ``package`` (single text): passage → the top-level package it documents (``torch``, ``scipy``, ``email``…),
   among the ``num_packages`` packages with most documents (ties by name); documents of other packages are not
   used. On the embedded default with ``num_packages: 6`` these are the six libraries the project installs.
-- ``same_module`` (text pair): (passage A, passage B) → "1" when both document the same module, else "0".
-  Each document anchors up to ``pairs_per_document`` positives (its next same-module documents in seeded hash
-  order), each emitted together with one negative for the same anchor: balanced by construction. A negative is
-  hard where the split allows (another module of the same package), else from another package.
-
 - ``returns`` (span extraction, SQuAD's layout): "what does ``module.qualname`` return?" over a function's or
   method's docstring (its first ``span_passage_sentences`` sentences) → the object of its "Return(s) …"
   sentence (``return_questions``). Written as ``returns/{train,dev,test}.json``.
@@ -19,15 +14,19 @@ evaluate a pretrained model with no download:
 A passage is a document's first ``passage_sentences`` sentences joined by spaces; the segment stage already
 normalised them as AlbertTokenizer would (``textnorm``), so the evaluation tokenises passages as they are.
 Identical passages (a docstring repeated on a property setter) are kept once, under the smallest id. Packages
-with fewer than ``min_package_documents`` documents are dropped from both tasks: too small to be a class, and
-their pairs would have almost only easy cross-package negatives.
+with fewer than ``min_package_documents`` documents are dropped: too small to be a class.
 
-Splits are by document: ``unit_interval("tasks-split", id)`` puts each document in train, dev or test for both
-tasks (whatever the seed, as the instances stage's hold-out), and a pair joins two documents of one split, so
-no passage is in two splits. Outputs: per task ``<task>/{train,dev,test}.jsonl`` (``text``, ``text_b`` for
-pairs, ``label`` as a string, source ``id``/``id_b``; rows in a stable hash order), then ``<task>/task.json``;
-last ``stats.json`` (examples per split and label, counters). Documents whose ``meta`` lacks package or module
-(user corpora) are counted and skipped; when none has them the stage fails and leaves no output.
+Splits are by document, the one split of every stage (``pipelines.splits``): training documents give the
+training examples, held-out documents (never pretrained on) the dev and test examples, so a score measures
+transfer to unseen text, not recall. The input should be the dedup stage's output, whose held-out documents
+share no sentence with training documents; its recorded ``held_out_fraction`` must equal this stage's.
+Outputs: per task ``<task>/{train,dev,test}.jsonl`` (``text``, ``label`` as a string, source ``id``; rows in a
+stable hash order), then ``<task>/task.json``; last ``stats.json`` (examples per split and label, counters).
+Documents whose ``meta`` lacks package or module (user corpora) are counted and skipped; when none has them
+the stage fails and leaves no output.
+
+``same_module`` (do two passages document the same module?) was dropped: both starts stayed at chance at every
+size, so its rows measured nothing.
 """
 
 from __future__ import annotations
@@ -42,23 +41,21 @@ import apache_beam as beam
 
 from pipelines import files, progress
 from pipelines.commands import main
-from pipelines.documents import STATS, finished_files
+from pipelines.documents import STATS, finished_files, read_stats
 from pipelines.hashes import stable_hash64
 from pipelines.options import parse_stage_args, work_per_input_mb
 from pipelines.return_questions import return_question
+from pipelines.splits import SPLITS, check_agrees, check_fraction, split_of
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
-from pipelines.task_examples import module_pairs, split_of, top_packages
 
-__all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "run"]
+__all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "run", "top_packages"]
 
-SPLITS = ("train", "dev", "test")
-TASKS = ("package", "same_module", "returns")
+TASKS = ("package", "returns")
 SPAN_TASKS = ("returns",)  # written in SQuAD's JSON layout, one file per split; the others as JSON Lines
 COUNTERS = Counters(
     "tasks",
     *"documents documents_without_module_meta duplicate_passages small_package_documents other_package_documents "
-    "package_examples positive_pairs negative_pairs hard_negatives easy_negatives documents_without_partner "
-    "repeated_pairs pairs_without_negative return_questions duplicate_contexts".split(),
+    "package_examples return_questions duplicate_contexts".split(),
 )
 
 # Single-core seconds per MB of sentence files that more workers can share, in-process on the embedded default:
@@ -71,22 +68,20 @@ PARALLEL_CPU_S_PER_MB = 0.1
 class TasksConfig:
     """The tasks stage's knobs (params.yaml section ``tasks``)."""
 
-    seed: int = field(default=12345, metadata={"help": "seed of anchor order and negative draws"})
+    seed: int = field(default=12345, metadata={"help": "seed of the rows' order in each file"})
     min_package_documents: int = field(default=10, metadata={"help": "drop smaller packages from both tasks"})
     num_packages: int = field(default=8, metadata={"help": "classes of the package task (largest packages)"})
     passage_sentences: int = field(default=3, metadata={"help": "a passage is a document's first k sentences"})
     span_passage_sentences: int = field(default=8, metadata={"help": "returns: the context's first k sentences"})
-    pairs_per_document: int = field(default=2, metadata={"help": "positives per anchor, each with a negative"})
-    dev_fraction: float = field(default=0.15, metadata={"help": "share of documents in dev"})
-    test_fraction: float = field(default=0.15, metadata={"help": "share of documents in test"})
+    held_out_fraction: float = field(
+        default=0.2, metadata={"help": "share of documents held out, half dev, half test (top-level param)"}
+    )
 
     def __post_init__(self) -> None:
-        names = ("min_package_documents", "num_packages", "passage_sentences", "span_passage_sentences")
-        for name in (*names, "pairs_per_document"):
+        for name in ("min_package_documents", "num_packages", "passage_sentences", "span_passage_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if min(self.dev_fraction, self.test_fraction) < 0 or self.dev_fraction + self.test_fraction >= 1:
-            raise ValueError(f"dev/test fractions must be >= 0, sum < 1: {self.dev_fraction}, {self.test_fraction}")
+        check_fraction(self.held_out_fraction)
 
 
 def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
@@ -98,7 +93,7 @@ def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]
             COUNTERS.inc("documents_without_module_meta")
             continue
         text = " ".join(row["sentences"][: config.passage_sentences])
-        split = split_of(row["id"], config.dev_fraction, config.test_fraction)
+        split = split_of(row["id"], config.held_out_fraction)
         passage = {"id": row["id"], "text": text, "package": meta["package"], "module": meta["module"]}
         yield text, {**passage, "split": split}
     progress.advance()
@@ -120,7 +115,7 @@ def _read_return_questions(path: str, config: TasksConfig) -> Iterator[tuple[str
             COUNTERS.inc("return_questions")
             yield (
                 question["context"],
-                {**question, "split": split_of(row["id"], config.dev_fraction, config.test_fraction)},
+                {**question, "split": split_of(row["id"], config.held_out_fraction)},
             )
 
 
@@ -139,6 +134,12 @@ class BuildReturnsTask(beam.PTransform):
             | "DropDuplicateContexts" >> Counted(beam.Map(_first_by_id, "duplicate_contexts"))
             | "KeyBySplit" >> beam.Map(lambda q: (("returns", q.pop("split")), q))
         )
+
+
+def top_packages(counts: dict[str, int], num_packages: int, min_documents: int) -> list[str]:
+    """Returns the sorted names of the ``num_packages`` largest packages with at least ``min_documents``."""
+    eligible = sorted((-n, name) for name, n in counts.items() if n >= min_documents)
+    return sorted(name for _, name in eligible[:num_packages])
 
 
 def _package_verdicts(counts: list[tuple[str, int]], num_packages: int, min_documents: int) -> Iterator[tuple]:
@@ -172,53 +173,18 @@ class JudgePackages(beam.PTransform):
         return {"passages": keyed, "verdict": verdicts} | "JoinVerdicts" >> beam.CoGroupByKey()
 
 
-def _large_package_passages(judged: tuple[str, dict[str, list]]) -> list[dict]:
-    _, grouped = judged
-    if grouped["verdict"] != ["small"]:
-        return grouped["passages"]
-    COUNTERS.inc("small_package_documents", len(grouped["passages"]))
-    return []
-
-
 def _package_examples(judged: tuple[str, dict[str, list]]) -> Iterator[tuple[tuple[str, str], dict]]:
     _, grouped = judged
-    if grouped["verdict"] == ["other"]:
-        COUNTERS.inc("other_package_documents", len(grouped["passages"]))
     if grouped["verdict"] != ["label"]:
+        COUNTERS.inc(f"{grouped['verdict'][0]}_package_documents", len(grouped["passages"]))
         return
     for passage in grouped["passages"]:
         COUNTERS.inc("package_examples")
         yield ("package", passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["package"]}
 
 
-def _split_pairs(element: tuple[str, Iterable[dict]], config: TasksConfig) -> Iterator[tuple[tuple[str, str], dict]]:
-    split, passages = element
-    rows, counts = module_pairs(list(passages), config.pairs_per_document, config.seed)
-    for name, value in counts.items():
-        COUNTERS.inc(name, value)
-    for row in rows:
-        yield ("same_module", split), row
-
-
-class BuildModulePairs(beam.PTransform):
-    """Passages → (("same_module", split), row): pairs within one split, grouped so negatives can be drawn."""
-
-    def __init__(self, config: TasksConfig):
-        super().__init__()
-        self._config = config
-
-    def expand(self, passages: beam.PCollection) -> beam.PCollection:
-        # One group per split: ≈1.4 k short passages for the embedded default, so one worker holds a split.
-        return (
-            passages
-            | "KeyBySplit" >> beam.Map(lambda p: (p["split"], p))
-            | "GroupBySplit" >> beam.GroupByKey()
-            | "PairDocuments" >> Counted(beam.FlatMap(_split_pairs, self._config))
-        )
-
-
 class BuildTasks(beam.PTransform):
-    """Sentences file paths → ((task, split), row) for both tasks, from documents with package/module meta."""
+    """Sentences file paths → ((task, split), row) for every task, from documents with package/module meta."""
 
     def __init__(self, config: TasksConfig):
         super().__init__()
@@ -234,19 +200,15 @@ class BuildTasks(beam.PTransform):
             | "DropDuplicatePassages" >> Counted(beam.Map(_first_by_id))
         )
         judged = passages | "JudgePackages" >> JudgePackages(config)
-        kept = judged | "DropSmallPackages" >> Counted(beam.FlatMap(_large_package_passages))
         single = judged | "BuildPackageTask" >> Counted(beam.FlatMap(_package_examples))
-        pairs = kept | "BuildModulePairs" >> BuildModulePairs(config)
         spans = paths | "BuildReturnsTask" >> BuildReturnsTask(config)
-        return (single, pairs, spans) | "AllTasks" >> beam.Flatten()
+        return (single, spans) | "AllTasks" >> beam.Flatten()
 
 
 def _write_split(element: tuple[tuple[str, str], Iterable[dict | None]], output: str, seed: int) -> str:
     """Writes one ``<task>/<split>.jsonl``, rows in a stable hash order (mixed labels, same on every run)."""
     (task, split), rows = element
-    kept = sorted(
-        (r for r in rows if r is not None), key=lambda r: (stable_hash64(seed, task, r["id"], r.get("id_b")), r["id"])
-    )
+    kept = sorted((r for r in rows if r is not None), key=lambda r: (stable_hash64(seed, task, r["id"]), r["id"]))
     if task in SPAN_TASKS:
         text, path = json.dumps(_squad_layout(kept), sort_keys=True, ensure_ascii=False), f"{split}.json"
     else:
@@ -271,12 +233,9 @@ def _task_spec(task: str, splits: dict[str, dict]) -> dict:
     """Returns ``task.json``, the generic keys the evaluation code reads (it rejects any other key)."""
     if task in SPAN_TASKS:
         return {"kind": "span", "metrics": ["f1", "exact"], "primary": "f1"}
-    pair = task == "same_module"
-    # Pairs: "1" second, as F1 is measured on the class at index 1 (albert_lightning.metrics).
-    labels = ["0", "1"] if pair else sorted({label for split in splits.values() for label in split["labels"]})
-    text_b, metrics = ("text_b", ["accuracy", "f1"]) if pair else (None, ["accuracy"])
-    spec = {"kind": "classification", "labels": labels, "text_a": "text", "text_b": text_b, "label": "label"}
-    return spec | {"metrics": metrics, "primary": "accuracy"}
+    labels = sorted({label for split in splits.values() for label in split["labels"]})
+    spec = {"kind": "classification", "labels": labels, "text_a": "text", "text_b": None, "label": "label"}
+    return spec | {"metrics": ["accuracy"], "primary": "accuracy"}
 
 
 def _outputs() -> list[str]:
@@ -309,6 +268,8 @@ def run(argv: list[str] | None = None) -> dict:
     )
     config, output = args.config, args.paths["output"]
     inputs = finished_files(args.paths["input"], "sentences")
+    where = files.join(args.paths["input"], STATS)
+    check_agrees(read_stats(args.paths["input"]).get("held_out_fraction"), config.held_out_fraction, where)
     with owning_outputs(output, STATS, _outputs()):
         pipeline = beam.Pipeline(options=args.beam)
         rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)

@@ -29,7 +29,7 @@ class PipelineRun:
 INSTANCE_FLAGS = [
     "--max_seq_length=128",
     "--dupe_factor=4",
-    "--validation_fraction=0.05",
+    "--held_out_fraction=0.05",
     "--seed=7",
 ]
 

@@ -87,7 +87,7 @@ def bucket_shards(endpoint: str) -> str:
     command = [
         sys.executable, "-m", "pipelines.instances", *NO_PARAMS, "--input", f"{root}/sentences",
         "--spiece", f"{root}/vocab/spiece.model", "--output", f"{root}/shards", "--max_seq_length=64",
-        "--dupe_factor=2", "--validation_fraction=0.1", "--direct_num_workers=2", *flags,
+        "--dupe_factor=2", "--held_out_fraction=0.1", "--direct_num_workers=2", *flags,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -262,7 +262,7 @@ def test_dvc_push_then_pull_into_a_fresh_clone_finds_every_stage_up_to_date(endp
     env.update(DVC_NO_ANALYTICS="1", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **GIT_IDENTITY)
     _git(first, env, "init", "-q")
     _commit(first, env, "the project")
-    stages = ["corpus", "segment", "vocab"]
+    stages = ["corpus", "segment", "dedup", "vocab"]
     _dvc(first, env, "repro", "vocab")  # and the stages before it
     _dvc(first, env, "remote", "add", "-d", "store", "s3://dvc-store/cache")
     _dvc(first, env, "remote", "modify", "store", "endpointurl", endpoint)

@@ -9,14 +9,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import corpus, files, segment, task_examples, tasks
+from pipelines import corpus, files, segment, splits, tasks
 from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
 
 LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 NO_PARAMS = ["--params", os.devnull]
 # Ten packages of very different sizes (json has ~11 documents, email ~90): some fall under the cut-offs below.
 PACKAGES = "email asyncio xml logging http unittest json concurrent importlib urllib".split()
-FLAGS = ["--num_packages=4", "--min_package_documents=12", "--seed=7"]
+FLAGS = ["--num_packages=4", "--min_package_documents=12", "--seed=7", "--held_out_fraction=0.3"]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,8 @@ def built(sentences: Path) -> tuple[Path, dict]:
 
 def _rows(out: Path, task: str) -> dict[str, list[dict]]:
     if task in tasks.SPAN_TASKS:  # SQuAD's layout: the questions of every paragraph of every article
-        return {s: _questions(json.loads((out / task / f"{s}.json").read_text())) for s in tasks.SPLITS}
-    return {s: [json.loads(line) for line in (out / task / f"{s}.jsonl").open()] for s in tasks.SPLITS}
+        return {s: _questions(json.loads((out / task / f"{s}.json").read_text())) for s in splits.SPLITS}
+    return {s: [json.loads(line) for line in (out / task / f"{s}.jsonl").open()] for s in splits.SPLITS}
 
 
 def _questions(squad: dict) -> list[dict]:
@@ -66,58 +66,41 @@ def test_labels_come_from_the_documents_metadata(sentences: Path, built: tuple[P
     for row in package:
         assert row["label"] == documents[row["id"]]["meta"]["package"]
         assert row["text"] == " ".join(documents[row["id"]]["sentences"][:3])
-    pairs = [r for rows in _rows(out, "same_module").values() for r in rows]
-    for row in pairs:
-        a, b = documents[row["id"]], documents[row["id_b"]]
-        assert row["label"] == str(int(a["meta"]["module"] == b["meta"]["module"]))
-        assert row["text_b"] == " ".join(b["sentences"][:3]) and row["id"] != row["id_b"]
-    assert len(package) > 100 and len(pairs) > 300
+    assert len(package) > 100
     counts = {}
     for doc in documents.values():
         counts[doc["meta"]["package"]] = counts.get(doc["meta"]["package"], 0) + 1
     spec = json.loads((out / "package" / "task.json").read_text())
-    assert spec["labels"] == task_examples.top_packages(counts, 4, 12) == sorted({r["label"] for r in package})
+    assert spec["labels"] == tasks.top_packages(counts, 4, 12) == sorted({r["label"] for r in package})
     assert spec["text_b"] is None and spec["primary"] == "accuracy"
-    pair_spec = json.loads((out / "same_module" / "task.json").read_text())
-    assert pair_spec["labels"] == ["0", "1"] and pair_spec["text_b"] == "text_b" and "f1" in pair_spec["metrics"]
     assert stats["counters"]["small_package_documents"] == counts["json"]  # json has fewer than 12 documents
 
 
-def test_no_document_in_two_splits(built: tuple[Path, dict]):
+def test_dev_and_test_come_only_from_held_out_documents(built: tuple[Path, dict]):
+    """The one split: a task's train rows are training documents, its dev/test rows held-out ones (never pretrained
+    on), each in the half ``splits.split_of`` gives it; so no document is in two splits."""
     out, _ = built
-    split_of: dict[str, str] = {}
+    seen: dict[str, str] = {}
     for task in tasks.TASKS:
         for split, rows in _rows(out, task).items():
+            assert rows, (task, split)
             for row in rows:
-                for doc_id in (row["id"], row.get("id_b")):
-                    if doc_id is not None:
-                        assert split_of.setdefault(doc_id, split) == split, doc_id
-    assert set(split_of.values()) == set(tasks.SPLITS)
+                assert splits.split_of(row["id"], 0.3) == split, (task, row["id"])
+                assert splits.is_held_out(row["id"], 0.3) == (split != "train")
+                assert seen.setdefault(row["id"], split) == split, row["id"]
 
 
-def test_pairs_are_balanced_with_hard_negatives(sentences: Path, built: tuple[Path, dict]):
-    out, stats = built
-    documents = _documents(sentences)
-    for split, rows in _rows(out, "same_module").items():
-        positives = sum(r["label"] == "1" for r in rows)
-        assert rows and abs(positives / len(rows) - 0.5) <= 0.05, split
-        assert stats["tasks"]["same_module"][split]["examples"] == len(rows)
-    negatives = [r for rows in _rows(out, "same_module").values() for r in rows if r["label"] == "0"]
-    same_package = [
-        r for r in negatives if documents[r["id"]]["meta"]["package"] == documents[r["id_b"]]["meta"]["package"]
-    ]
-    assert len(same_package) == stats["counters"]["hard_negatives"] > len(negatives) / 2
-
-
-def test_module_pairs_prefers_hard_negatives_and_never_repeats_a_pair():
-    passages = [
-        {"id": f"{m}{i}", "text": f"{m} {i}", "module": m, "package": m[0]} for m in ("aa", "ab") for i in range(3)
-    ]
-    passages.append({"id": "z0", "text": "z", "module": "z", "package": "z"})
-    rows, counts = task_examples.module_pairs(passages, 2, seed=1)
-    pairs = [frozenset((r["id"], r["id_b"])) for r in rows]
-    assert len(pairs) == len(set(pairs)) and counts["positive_pairs"] == counts["negative_pairs"] == 6
-    assert all(r["id_b"][0] == "a" for r in rows) and counts["documents_without_partner"] == 1
+def test_an_input_split_at_another_fraction_is_refused(sentences: Path, tmp_path: Path):
+    deduped = tmp_path / "deduped"
+    deduped.mkdir()
+    for path in sentences.iterdir():
+        (deduped / path.name).write_bytes(path.read_bytes())
+    stats = json.loads((sentences / "stats.json").read_text()) | {"held_out_fraction": 0.1}
+    (deduped / "stats.json").write_text(json.dumps(stats))
+    with pytest.raises(
+        ValueError, match=r"stats.json: written with held_out_fraction 0.1, but this stage splits at 0.3"
+    ):
+        _run(deduped, tmp_path / "t")
 
 
 def test_deterministic_across_runs_and_workers(sentences: Path, built: tuple[Path, dict], tmp_path: Path):

@@ -1,0 +1,47 @@
+"""Tests for pipelines.splits: the one split of documents every stage shares."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipelines import splits
+from pipelines.batch_hashes import stable_hashes64
+
+IDS = [f"pydoc:module{i}:function{i % 7}" for i in range(20000)]
+
+
+def test_held_out_documents_are_the_fraction_asked_split_evenly_into_dev_and_test():
+    counts = collections.Counter(splits.split_of(i, 0.2) for i in IDS)
+    assert abs(counts["train"] / len(IDS) - 0.8) < 0.01
+    assert abs(counts["dev"] / len(IDS) - 0.1) < 0.01 and abs(counts["test"] / len(IDS) - 0.1) < 0.01
+    assert all(splits.is_held_out(i, 0.2) == (splits.split_of(i, 0.2) in splits.HELD_OUT) for i in IDS)
+
+
+def test_a_larger_fraction_only_adds_held_out_documents():
+    small = {i for i in IDS if splits.is_held_out(i, 0.1)}
+    large = {i for i in IDS if splits.is_held_out(i, 0.3)}
+    assert small < large
+
+
+def test_the_instances_stage_batch_hash_holds_out_the_same_documents():
+    # pipelines.instances hashes a file's ids at once with the same key: it must agree with split_of, document
+    # for document, or pretraining would train on the tasks' dev and test documents.
+    batch = stable_hashes64((splits.SPLIT_KEY,), pa.array(IDS)) / 2.0**64 < 0.2
+    assert np.array_equal(batch, np.array([splits.is_held_out(i, 0.2) for i in IDS]))
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0, -0.1, 1.5])
+def test_a_fraction_that_leaves_a_side_empty_is_refused(fraction: float):
+    with pytest.raises(ValueError, match="held_out_fraction must be in"):
+        splits.check_fraction(fraction)
+
+
+def test_an_upstream_split_at_another_fraction_is_refused_naming_its_file():
+    splits.check_agrees(None, 0.2, "x/stats.json")  # an upstream that does not split
+    splits.check_agrees(0.2, 0.2, "x/stats.json")
+    with pytest.raises(ValueError, match=r"x/stats\.json: written with held_out_fraction 0\.1"):
+        splits.check_agrees(0.1, 0.2, "x/stats.json")
