@@ -234,3 +234,28 @@ def test_instances_steps_times_every_step_of_the_dofn_against_raw_encode(pipelin
     steps_cpu_s = sum(run["steps_cpu_s"].values())
     assert found["loop_encode_cost_d1"]["value"] == pytest.approx(run["raw_cpu_s"] / steps_cpu_s)
     assert found["tokenise"]["value"] == pytest.approx(run["steps_cpu_s"]["tokenise"] / run["raw_cpu_s"])
+
+
+def test_the_dedup_benchs_copy_marks_every_word_of_copies_after_the_first(tmp_path):
+    from dedup import mark_copies
+    from pipeline import build_copies
+
+    from pipelines import files
+    from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
+
+    source, copies = tmp_path / "sentences", tmp_path / "copies"
+    rows = [{"id": f"d{i}", "sentences": ["same words here.", f"doc {i}."], "meta": "{}"} for i in range(4)]
+    files.write_parquet_atomically(str(source / file_name("sentences", 0, 1)), table_from_rows(rows, SENTENCES_SCHEMA))
+    files.write_json_atomically(str(source / "stats.json"), {"normalizer": {}})
+    files.write_json_atomically(str(tmp_path / "corpus.json"), {"counters": {"document_bytes": 100}})
+    n = build_copies(source, tmp_path / "corpus.json", copies, copies=3)
+    mark_copies(copies)
+    written = {
+        r["id"]: r["sentences"]
+        for p in copies.glob("sentences-*.parquet")
+        for r in files.read_parquet(str(p)).to_pylist()
+    }
+    assert len(written) == 12 and all(file_index(i, n) == int(p.name[10:15]) for p in copies.glob("s*.parquet")
+                                      for i in files.read_parquet(str(p)).column("id").to_pylist())  # fmt: skip
+    assert written["d1#0"] == ["same words here.", "doc 1."]
+    assert written["d1#2"] == ["samex2 wordsx2 here.x2", "docx2 1.x2"]  # distinct text, the same repeats

@@ -1,7 +1,7 @@
 """Every Beam stage on Beam's Dask runner, against a real ``distributed`` cluster, writes the local runner's bytes.
 
 A scheduler and two single-threaded worker processes start on a free 127.0.0.1 port, as the README's "On a
-cluster" starts them. The five stages run on a slice of the embedded default (two files from the corpus stage on)
+cluster" starts them. The six stages run on a slice of the embedded default (two files from the corpus stage on)
 on the local runner, each from the one before; then each runs on the cluster from the same inputs, and every file
 it writes must equal the local run's, byte for byte. Beam 2.77's Dask runner has no metrics, drops what
 ``finish_bundle`` emits (``Top``) and gets side inputs wrong, so these fail for a stage that counts through runner
@@ -32,8 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 # ~450 documents, ~300 KB of text: two corpus files, so two sentence files and four shards.
 PACKAGES = "email asyncio xml logging http unittest json concurrent importlib urllib tkinter multiprocessing".split()
-STAGES = ("corpus", "segment", "vocab", "instances", "tasks")
-OUTPUT = {"corpus": "corpus", "segment": "sentences", "vocab": "vocab", "instances": "shards", "tasks": "tasks"}
+STAGES = ("corpus", "segment", "dedup", "vocab", "instances", "tasks")
+OUTPUT = {"corpus": "corpus", "segment": "sentences", "dedup": "deduped", "vocab": "vocab", "instances": "shards",
+          "tasks": "tasks"}  # fmt: skip
 
 
 def _stage_args(stage: str, inputs: Path, outputs: Path) -> list[str]:
@@ -42,6 +43,7 @@ def _stage_args(stage: str, inputs: Path, outputs: Path) -> list[str]:
     return [*NO_PARAMS, *out] + {
         "corpus": ["--embedded_max_documents=450", "--embedded_packages", *PACKAGES],
         "segment": ["--input", str(inputs / "corpus")],
+        "dedup": ["--input", sentences],  # its output is compared here; the later stages still read the sentences
         "vocab": ["--input", sentences, "--vocab_size=800"],
         "instances": ["--input", sentences, "--spiece", str(inputs / "vocab/spiece.model"), *INSTANCE_FLAGS],
         "tasks": ["--input", sentences, "--num_packages=4", "--min_package_documents=12", "--seed=7"],
