@@ -249,7 +249,25 @@ def markdown_table(report: dict[str, Any]) -> str:
         frequent = scores.get("mlm_most_frequent_accuracy")
         frequent_cell = "-" if frequent is None else f"{frequent:.3f}"
         lines.append(f"| {name} | {scores['kind']} | {scores['mlm_accuracy']:.3f} | {frequent_cell} | {pair:.3f} |")
+    if "leakage" in report:
+        lines += ["", *leakage_lines(report["leakage"])]
     return "\n".join(lines) + "\n"
+
+
+def leakage_lines(leakage: dict[str, Any]) -> list[str]:
+    """The leakage stage's metrics as a Markdown table: how much of what is scored the model trained on."""
+    lines = ["| leakage (pipelines/leakage.py) | seen in training | of |", "|---|---|---|"]
+    for name in ("sentences", "sentences_before_dedup"):
+        if name in leakage:
+            counts = leakage[name]
+            what = "held-out sentences" + (" before dedup" if name.endswith("dedup") else "")
+            lines.append(f"| {what} | {counts['share_seen']:.2%} ({counts['seen_in_training']}) "
+                         f"| {counts['held_out_sentences']} |")  # fmt: skip
+    for task, splits in sorted(leakage["tasks"].items()):
+        for split, counts in sorted(splits.items()):
+            lines.append(f"| {task} {split} documents in the training shards | {counts['in_training_shards']} "
+                         f"| {counts['documents']} |")  # fmt: skip
+    return lines
 
 
 def curve_rows(report: dict[str, Any]) -> list[dict[str, Any]]:

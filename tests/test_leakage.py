@@ -1,0 +1,97 @@
+"""Tests for the leakage stage (pipelines.leakage): its counts against a brute-force count of the same files."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import leakage, splits
+from pipelines.shards import Manifest
+from tests.conftest import LOCAL, NO_PARAMS, PipelineRun
+
+FRACTION = 0.05  # the fixture's shards hold out this share (conftest.INSTANCE_FLAGS)
+
+
+def _documents(folder: Path) -> dict[str, list[str]]:
+    rows = [r for p in sorted(folder.glob("sentences-*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return {r["id"]: r["sentences"] for r in rows}
+
+
+def _training_ids(shards: Path) -> set[str]:
+    manifest = Manifest.read(shards)
+    ids: set[str] = set()
+    for path in manifest.paths(shards, "train"):
+        ids.update(pa.ipc.open_file(pa.memory_map(path)).read_all().column("document_id").to_pylist())
+    return ids
+
+
+def _tasks_folder(root: Path, rows: dict[tuple[str, str], list[str]]) -> Path:
+    """A tasks folder in the tasks stage's layout: JSON Lines for ``package``, SQuAD's layout for ``returns``."""
+    for (task, split), ids in rows.items():
+        (root / task).mkdir(parents=True, exist_ok=True)
+        if task == "returns":
+            qas = [{"id": i, "question": "q", "answers": []} for i in ids]
+            data = {"data": [{"title": "t", "paragraphs": [{"context": "c", "qas": qas}]}]}
+            (root / task / f"{split}.json").write_text(json.dumps(data))
+        else:
+            (root / task / f"{split}.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in ids))
+    (root / "stats.json").write_text(json.dumps({"tasks": {task: {} for task, _ in rows}}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def measured(pipeline_run: PipelineRun, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    root = tmp_path_factory.mktemp("leakage")
+    documents = _documents(pipeline_run.sentences)
+    trained = _training_ids(pipeline_run.shards)
+    held_out = sorted(i for i in documents if splits.is_held_out(i, FRACTION))
+    in_training = sorted(trained)[:3]  # a task that (wrongly) scores training documents
+    tasks = _tasks_folder(
+        root / "tasks",
+        {("package", "dev"): held_out[:4] + in_training, ("returns", "test"): held_out[4:6] + in_training[:1]},
+    )
+    argv = ["--sentences", str(pipeline_run.sentences), "--segmented", str(pipeline_run.sentences)]
+    argv += ["--shards", str(pipeline_run.shards), "--tasks", str(tasks), "--output", str(root / "out")]
+    metrics = leakage.run([*NO_PARAMS, *argv, f"--held_out_fraction={FRACTION}", *LOCAL])
+    return metrics, {"documents": documents, "trained": trained, "held_out": held_out, "root": root}
+
+
+def test_held_out_sentences_seen_in_training_are_counted_exactly(measured: tuple[dict, dict]):
+    metrics, known = measured
+    held, train = collections.Counter(), set()
+    for document_id, sentences in known["documents"].items():
+        if splits.is_held_out(document_id, FRACTION):
+            held.update(sentences)
+        else:
+            train.update(sentences)
+    seen = sum(n for s, n in held.items() if s in train)
+    counts = metrics["sentences"]
+    assert counts["held_out_sentences"] == sum(held.values()) > 0
+    assert counts["seen_in_training"] == seen > 0  # the undeduplicated default repeats boilerplate
+    assert counts["seen_chars"] == sum(n * len(s) for s, n in held.items() if s in train)
+    assert counts["share_seen"] == round(seen / sum(held.values()), 6)
+    assert metrics["sentences_before_dedup"] == counts  # the same folder given twice
+
+
+def test_task_documents_in_the_training_shards_are_counted(measured: tuple[dict, dict]):
+    metrics, known = measured
+    assert metrics["tasks"] == {
+        "package": {"dev": {"documents": 7, "in_training_shards": 3}},
+        "returns": {"test": {"documents": 3, "in_training_shards": 1}},
+    }
+    assert metrics["held_out_in_training"] == 0  # the instances stage trains on training documents only
+    assert not set(known["held_out"]) & known["trained"]
+    written = json.loads((known["root"] / "out" / leakage.METRICS).read_text())
+    assert written == metrics and written["held_out_fraction"] == FRACTION
+
+
+def test_a_tasks_folder_without_stats_fails_naming_it(pipeline_run: PipelineRun, tmp_path: Path):
+    argv = ["--sentences", str(pipeline_run.sentences), "--shards", str(pipeline_run.shards)]
+    argv += ["--tasks", str(tmp_path / "none"), "--output", str(tmp_path / "out")]
+    with pytest.raises(FileNotFoundError, match="none"):
+        leakage.run([*NO_PARAMS, *argv, *LOCAL])
