@@ -21,6 +21,7 @@ predictions files and, for GLUE, leaderboard files (``glue_submission/``) it wri
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -36,9 +37,11 @@ from albert_lightning.finetuning import (
     load_pretrained,
     make_loader,
     run_finetuning,
+    start_names,
     starts,
 )
-from albert_lightning.metrics import majority_baseline
+from albert_lightning.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
+from albert_lightning.metrics import compute_metrics, majority_baseline
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.reading_eval import ReadingTask, evaluate_reading_task, reading_task
 from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
@@ -47,24 +50,28 @@ from albert_lightning.task_files import SplitFile, TaskDataError, TaskSpec, labe
 from pipelines.commands import main as run_command
 from pipelines.params import parse_config
 
-__all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main"]
+__all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main", "read_leakage"]
 
 
 @dataclasses.dataclass
 class EvaluateConfig:
-    tasks: list[str] = dataclasses.field(default_factory=lambda: ["data/tasks/package", "data/tasks/same_module"])
+    tasks: list[str] = dataclasses.field(default_factory=lambda: ["data/tasks/package", "data/tasks/returns"])
     glue_dir: str | None = None  # where GLUE's task folders are; names in `tasks` like "CoLA" are read from it
     checkpoint: str = "data/pretrain/checkpoints/last.ckpt"
     spiece: str = "data/vocab/spiece.model"
     # held-out shards to score: the SOP ones and the same documents as NSP pairs (paper Table 5's columns)
     shards: list[str] = dataclasses.field(default_factory=lambda: ["data/eval_shards/sop", "data/eval_shards/nsp"])
     output: str = "data/eval"
+    leakage: str | None = None  # the leakage stage's metrics.json, shown in the report beside the scores
     max_seq_length: int = 128
     batch_size: int = 32
     epochs: float = 3.0
     min_steps: int = 30  # floor per fine-tuning run: a 32-example set is one batch, too few steps to learn
     max_steps: int = 300  # cap per fine-tuning run (CPU budget); -1 for none
-    lr: float = 1e-4
+    # Fine-tuning learning rates: each start (pretrained, random init) takes the best on a slice of the training set
+    # (lr_selection.py); one rate skips the selection.
+    lrs: list[float] = dataclasses.field(default_factory=lambda: [1e-4])
+    lr_selection_fraction: float = 0.2  # share of the training examples held out to choose the rate on
     seed: int = 12345
     seeds: int = 3  # fine-tuning seeds per task and size, derived from `seed`
     train_sizes: list[int] = dataclasses.field(default_factory=lambda: [32, 128, 512, 0])  # 0: every example
@@ -144,15 +151,22 @@ class _ScoredFineTuning(AlbertFineTuning):
 
 
 def finetune(
-    network: AlbertForPreTraining, spec: TaskSpec, train: Encoded, steps: int, seed: int, config: EvaluateConfig
+    network: AlbertForPreTraining,
+    spec: TaskSpec,
+    train: Encoded,
+    steps: int,
+    seed: int,
+    config: EvaluateConfig,
+    lr: float,
 ) -> tuple[L.Trainer, AlbertFineTuning]:
-    """Fine-tunes a copy of ``network`` for ``steps`` on ``train``; ``seed`` fixes classifier, dropout and order.
+    """Fine-tunes a copy of ``network`` for ``steps`` at ``lr`` on ``train``; ``seed`` fixes classifier, dropout
+    and order.
 
     ``network`` itself is left untouched, so one loaded checkpoint serves every run.
     """
     regression = spec.kind == "regression"
     return run_finetuning(
-        lambda: _ScoredFineTuning(network, 1 if regression else len(spec.labels), lr=config.lr, total_steps=steps),
+        lambda: _ScoredFineTuning(network, 1 if regression else len(spec.labels), lr=lr, total_steps=steps),
         make_loader(train, config.batch_size, regression, shuffle=True, seed=seed), steps, seed, config.devices,
     )  # fmt: skip
 
@@ -172,10 +186,37 @@ def predict(
     return SplitPredictions(labels.tolist(), logits.softmax(-1).gather(-1, labels[:, None])[:, 0].tolist())
 
 
+def choose_lrs(task: TaskData, pretrained: AlbertForPreTraining, config: EvaluateConfig) -> dict[str, LrChoice]:
+    """Each start's fine-tuning rate: the grid's best on a held slice of the training set (``lr_selection``),
+    fine-tuned on the rest with the first seed. Dev and test play no part."""
+    fixed = fixed_rate(config.lrs, start_names(config.random_baseline))
+    if fixed is not None:
+        return fixed
+    spec, seed = task.spec, finetuning_seeds(config.seed, 1)[0]
+    fit, held = selection_split([str(i) for i in range(len(task.train))], spec.name, config.lr_selection_fraction)
+    fit_rows, held_rows = [task.train[i] for i in fit], [task.train[i] for i in held]
+    steps = finetuning_steps(len(fit_rows), config.epochs, config.batch_size, config.min_steps, config.max_steps)
+    choices = {}
+    for start, network in starts(pretrained, seed, config.random_baseline):
+
+        def score(lr: float, network: AlbertForPreTraining = network) -> float:
+            trainer, module = finetune(network, spec, fit_rows, steps, seed, config, lr)
+            predicted = predict(trainer, module, spec, held_rows, config).values
+            return compute_metrics(spec, predicted, [row[-1] for row in held_rows])[spec.primary]
+
+        choices[start] = choose_lr(config.lrs, score)
+    return choices
+
+
 def evaluate_size(
-    task: TaskData, size: int, pretrained: AlbertForPreTraining, config: EvaluateConfig, audit: bool = False
+    task: TaskData,
+    size: int,
+    pretrained: AlbertForPreTraining,
+    config: EvaluateConfig,
+    lrs: dict[str, float],
+    audit: bool = False,
 ) -> tuple[dict[str, Any], dict[str, dict[str, list]], dict[str, SplitPredictions]]:
-    """Fine-tunes every (seed, start) on ``size`` training examples.
+    """Fine-tunes every (seed, start) on ``size`` training examples, each start at its rate in ``lrs``.
 
     Returns:
         Each dev split's summary; each dev split's predictions: start → one list per seed, in seed order; and
@@ -189,7 +230,7 @@ def evaluate_size(
         # The same subset and order for both starts: the gain is a paired comparison.
         train = [task.train[i] for i in train_subset(len(task.train), seed, spec.name, size)]
         for start, network in starts(pretrained, seed, config.random_baseline):
-            trainer, module = finetune(network, spec, train, steps, seed, config)
+            trainer, module = finetune(network, spec, train, steps, seed, config, lrs[start])
             chosen = audit and not audited and start == "pretrained"
             splits = {**task.devs, **task.tests} if chosen else task.devs
             outputs = {split: predict(trainer, module, spec, rows, config) for split, rows in splits.items()}
@@ -244,8 +285,10 @@ def evaluate_task(
     }
     predictions: dict[str, dict[str, dict[str, list]]] = {split: {} for split in task.devs}
     sizes = train_sizes(config.train_sizes, len(task.train))
+    choices = choose_lrs(task, pretrained, config)
+    lrs = {start: choice.lr for start, choice in choices.items()}
     for size in sizes:
-        summaries, by_split, audited = evaluate_size(task, size, pretrained, config, audit=size == sizes[-1])
+        summaries, by_split, audited = evaluate_size(task, size, pretrained, config, lrs, audit=size == sizes[-1])
         for split, summary in summaries.items():
             splits[split]["sizes"][str(size)] = summary
             predictions[split][str(size)] = by_split[split]
@@ -257,6 +300,7 @@ def evaluate_task(
         "kind": task.spec.kind,
         "labels": list(task.spec.labels),
         "train_examples": len(task.train),
+        "lr": {start: choice.to_json() for start, choice in choices.items()},
         "splits": splits,
     }
 
@@ -310,6 +354,23 @@ def _parse(argv: list[str] | None) -> EvaluateConfig:
     return config
 
 
+def read_leakage(path: str) -> dict[str, Any]:
+    """The leakage stage's metrics, checked for the fields the report shows.
+
+    Raises:
+        ValueError: naming the file, when it is not JSON of the leakage stage's shape.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            leakage = json.load(f)
+        counts = [leakage["sentences"], *(c for splits in leakage["tasks"].values() for c in splits.values())]
+        if not all(isinstance(v, int | float) for c in counts for v in c.values()):
+            raise TypeError("a count is not a number")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{path}: not the leakage stage's metrics.json ({err!r}); rerun pipelines.leakage") from err
+    return leakage
+
+
 def _load_checkpoint(config: EvaluateConfig) -> tuple[AlbertForPreTraining, Encoder]:
     """The pretrained network to fine-tune, checked against the vocabulary it was trained with, and the encoder
     that normalises text as its pretraining did."""
@@ -340,6 +401,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "tasks": {},
     }
+    if config.leakage:
+        report["leakage"] = read_leakage(config.leakage)
     table = write_report(report, config.output)
     for folder in OUTPUT_FOLDERS:  # there even when no task writes into it: dvc.yaml declares each one
         (Path(config.output) / folder).mkdir(parents=True, exist_ok=True)

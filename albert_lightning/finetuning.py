@@ -35,6 +35,7 @@ __all__ = [
     "load_pretrained",
     "random_encoder",
     "run_finetuning",
+    "start_names",
     "starts",
 ]
 
@@ -118,6 +119,11 @@ def run_finetuning(
     trainer = finetune_trainer(devices, steps)
     trainer.fit(module, train_dataloaders=loader)
     return trainer, module
+
+
+def start_names(random_baseline: bool = True) -> tuple[str, ...]:
+    """The names of the starts ``starts`` yields, in its order."""
+    return ("pretrained", "random_init") if random_baseline else ("pretrained",)
 
 
 def starts(

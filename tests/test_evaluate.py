@@ -345,3 +345,17 @@ def test_glue_predictions_and_submission_files(pipeline_run: PipelineRun, random
         assert [r.split("\t")[0] for r in rows] == [str(i) for i in range(_rows(source))]  # the test file's order
         predictions = [r.split("\t")[1] for r in rows]
         assert all(math.isfinite(float(p)) for p in predictions) if labels is None else set(predictions) <= labels
+
+
+def test_evaluate_chooses_each_starts_rate_on_the_training_slice_only(
+    pipeline_run: PipelineRun, random_export: Path, toy_task: Path, tmp_path: Path
+):
+    flags = ("--tasks", str(toy_task), *TOY_FLAGS, "--lrs", "1e-5", "1e-2", "--lr_selection_fraction", "0.25")
+    report = _evaluate(pipeline_run, random_export, tmp_path, *flags)
+    choices = report["tasks"]["toy"]["lr"]
+    assert set(choices) == {"pretrained", "random_init"}
+    for choice in choices.values():
+        assert set(choice["slice_scores"]) == {"1e-05", "0.01"}
+        best = max(choice["slice_scores"].values())
+        assert choice["slice_scores"][f"{choice['lr']:g}"] == best
+    assert json.loads((tmp_path / "metrics.json").read_text())["tasks"]["toy"]["lr"] == choices
