@@ -1,7 +1,7 @@
 """Which pretraining shape learns most per minute on this machine: the sweep behind configs/pretrain.yaml.
 
 Run: ``python bench/sweep.py [--minutes 5] [--only mini-128 small-128] [--workdir /tmp/albert-sweep]``
-after ``dvc repro`` has made ``data/sentences`` and ``data/vocab`` (or name them with ``--sentences`` and
+after ``dvc repro`` has made ``data/deduped`` and ``data/vocab`` (or name them with ``--sentences`` and
 ``--spiece``). For each candidate (a model shape, sequence length, batch size, optimizer and learning rate):
 
 1. shards of its sequence length come from the real instances stage (built once per length in the workdir,
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="budget per candidate, minutes of --cores")
     parser.add_argument("--only", nargs="*", default=list(CANDIDATES), choices=list(CANDIDATES))
-    parser.add_argument("--sentences", default="data/sentences")
+    parser.add_argument("--sentences", default="data/deduped")  # the documents pretraining reads
     parser.add_argument("--spiece", default="data/vocab/spiece.model")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/albert-sweep"))
     parser.add_argument("--results", type=Path, default=BENCH / "results")
