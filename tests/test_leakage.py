@@ -95,3 +95,20 @@ def test_a_tasks_folder_without_stats_fails_naming_it(pipeline_run: PipelineRun,
     argv += ["--tasks", str(tmp_path / "none"), "--output", str(tmp_path / "out")]
     with pytest.raises(FileNotFoundError, match="none"):
         leakage.run([*NO_PARAMS, *argv, *LOCAL])
+
+
+def test_the_report_reads_the_metrics_back_and_refuses_a_foreign_file(measured: tuple[dict, dict], tmp_path: Path):
+    from albert_lightning.eval_report import leakage_lines
+    from albert_lightning.evaluate import read_leakage
+
+    metrics, known = measured
+    read = read_leakage(str(known["root"] / "out" / leakage.METRICS))
+    assert read == metrics
+    lines = leakage_lines(read)
+    assert any(line.startswith("| package dev documents in the training shards | 3 | 7 |") for line in lines)
+    for name, body in (("missing.json", None), ("text.json", "not json"), ("shape.json", '{"sentences": 1}')):
+        path = tmp_path / name
+        if body is not None:
+            path.write_text(body)
+        with pytest.raises(ValueError, match=rf"{name}: not the leakage stage's metrics\.json"):
+            read_leakage(str(path))
