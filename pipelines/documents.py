@@ -22,6 +22,7 @@ __all__ = [
     "file_name",
     "files_for_bytes",
     "finished_files",
+    "read_split_stats",
     "read_stats",
     "table_from_rows",
 ]
@@ -100,6 +101,23 @@ def finished_files(folder: str, kind: str) -> list[str]:
 def read_stats(folder: str) -> dict:
     """Returns the ``stats.json`` of a finished stage (its config, counters, ...)."""
     return json.loads(files.read_bytes(files.join(folder, STATS)))
+
+
+def read_split_stats(folder: str, held_out_fraction: float) -> dict:
+    """Returns ``read_stats(folder)`` after checking that a stage which split the documents (dedup, which records
+    its ``held_out_fraction``) held out the ones the reading stage holds out.
+
+    Raises:
+        ValueError: naming the stats file, when the recorded fraction is not ``held_out_fraction``.
+    """
+    stats = read_stats(folder)
+    recorded = stats.get("held_out_fraction")
+    if recorded is not None and recorded != held_out_fraction:
+        raise ValueError(
+            f"{files.join(folder, STATS)}: written with held_out_fraction {recorded}, but this stage splits at "
+            f"{held_out_fraction}; set one top-level held_out_fraction for every stage"
+        )
+    return stats
 
 
 def table_from_rows(rows: list[dict], schema: pa.Schema) -> pa.Table:

@@ -36,7 +36,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import files, progress
 from pipelines.batch_hashes import stable_hashes64
 from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_stats
+from pipelines.documents import STATS, finished_files, read_split_stats
 from pipelines.masked_pairs import Instances, Items, build_planned, plan_pairs
 from pipelines.masking import MaskingConfig, TokenClasses
 from pipelines.options import input_mb, parse_stage_args
@@ -52,7 +52,7 @@ from pipelines.shards import (
     shard_schema,
 )
 from pipelines.sop import Documents, PairConfig
-from pipelines.splits import SPLIT_KEY, check_agrees, check_fraction
+from pipelines.splits import SPLIT_KEY, check_fraction
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import spiece_from_proto
@@ -312,10 +312,9 @@ def _read_shard_index(output: str) -> list[ShardInfo]:
 
 
 def _normalizer(input_folder: str, held_out_fraction: float) -> Normalizer:
-    """How the segment stage normalised the text: recorded in the manifest for fine-tuning and export. Checks
-    that a deduplicated input kept held-out documents at this stage's split."""
-    stats = read_stats(input_folder)
-    check_agrees(stats.get("held_out_fraction"), held_out_fraction, files.join(input_folder, STATS))
+    """How the segment stage normalised the text: recorded in the manifest for fine-tuning and export. The input's
+    stats are read through ``read_split_stats``, so a deduplicated input split at another fraction is refused."""
+    stats = read_split_stats(input_folder, held_out_fraction)
     if "normalizer" not in stats:
         raise ValueError(f"{files.join(input_folder, STATS)}: no normalizer record (older segment stage); rerun it")
     return Normalizer(**stats["normalizer"])

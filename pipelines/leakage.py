@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from pipelines import files, progress
 from pipelines.commands import main
-from pipelines.documents import finished_files
+from pipelines.documents import finished_files, read_split_stats, read_stats
 from pipelines.options import input_mb, parse_stage_args
 from pipelines.shards import Manifest
 from pipelines.splits import HELD_OUT, check_fraction, is_held_out
@@ -153,7 +153,7 @@ class CountTaskLeakage(beam.PTransform):
 
 def _task_files(folder: str) -> list[tuple[str, str, str]]:
     """(path, task, split) of every held-out split file of a tasks folder, from its ``stats.json``."""
-    stats = json.loads(files.read_bytes(files.join(folder, "stats.json")))
+    stats = read_stats(folder)
     found = []
     for task in sorted(stats["tasks"]):
         for split in HELD_OUT:
@@ -196,6 +196,7 @@ def run(argv: list[str] | None = None) -> dict:
     fraction, p = args.config.held_out_fraction, args.paths
     folders = {"sentences": p["sentences"]} | ({"sentences_before_dedup": p["segmented"]} if p["segmented"] else {})
     inputs = {name: finished_files(folder, "sentences") for name, folder in folders.items()}
+    read_split_stats(p["sentences"], fraction)  # counted against another split, the figures would mean nothing
     manifest = Manifest.read(p["shards"], read_bytes=files.read_bytes, join=files.join)
     shard_paths = [files.join(p["shards"], s.file) for s in manifest.split("train")]
     task_files = _task_files(p["tasks"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pipelines.hashes import unit_interval
 
-__all__ = ["HELD_OUT", "SPLITS", "SPLIT_KEY", "check_agrees", "check_fraction", "is_held_out", "split_of"]
+__all__ = ["HELD_OUT", "SPLITS", "SPLIT_KEY", "check_fraction", "is_held_out", "split_of"]
 
 SPLIT_KEY = "held-out"  # the hash's first part; batch code hashes ids with the same key (instances)
 SPLITS = ("train", "dev", "test")
@@ -37,18 +37,3 @@ def split_of(document_id: str, held_out_fraction: float) -> str:
 def is_held_out(document_id: str, held_out_fraction: float) -> bool:
     """Returns whether a document is held out (dev or test): never trained on, in pretraining or fine-tuning."""
     return unit_interval(SPLIT_KEY, document_id) < held_out_fraction
-
-
-def check_agrees(recorded: float | None, held_out_fraction: float, where: str) -> None:
-    """Raises ValueError when an upstream stage split at another fraction: its "held out" would not be ours.
-
-    Args:
-        recorded: the ``held_out_fraction`` the upstream stage wrote in its stats (None: it does not split).
-        held_out_fraction: this stage's.
-        where: the upstream stats file, named in the error.
-    """
-    if recorded is not None and recorded != held_out_fraction:
-        raise ValueError(
-            f"{where}: written with held_out_fraction {recorded}, but this stage splits at {held_out_fraction}; "
-            "set one top-level held_out_fraction for every stage"
-        )

@@ -41,11 +41,11 @@ import apache_beam as beam
 
 from pipelines import files, progress
 from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_stats
+from pipelines.documents import STATS, finished_files, read_split_stats
 from pipelines.hashes import stable_hash64
 from pipelines.options import parse_stage_args, work_per_input_mb
 from pipelines.return_questions import return_question
-from pipelines.splits import SPLITS, check_agrees, check_fraction, split_of
+from pipelines.splits import SPLITS, check_fraction, split_of
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
 
 __all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "run", "top_packages"]
@@ -94,7 +94,7 @@ def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]
             continue
         text = " ".join(row["sentences"][: config.passage_sentences])
         split = split_of(row["id"], config.held_out_fraction)
-        passage = {"id": row["id"], "text": text, "package": meta["package"], "module": meta["module"]}
+        passage = {"id": row["id"], "text": text, "package": meta["package"]}
         yield text, {**passage, "split": split}
     progress.advance()
 
@@ -268,8 +268,7 @@ def run(argv: list[str] | None = None) -> dict:
     )
     config, output = args.config, args.paths["output"]
     inputs = finished_files(args.paths["input"], "sentences")
-    where = files.join(args.paths["input"], STATS)
-    check_agrees(read_stats(args.paths["input"]).get("held_out_fraction"), config.held_out_fraction, where)
+    read_split_stats(args.paths["input"], config.held_out_fraction)  # its held-out documents must be ours
     with owning_outputs(output, STATS, _outputs()):
         pipeline = beam.Pipeline(options=args.beam)
         rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)

@@ -112,3 +112,15 @@ def test_the_report_reads_the_metrics_back_and_refuses_a_foreign_file(measured: 
             path.write_text(body)
         with pytest.raises(ValueError, match=rf"{name}: not the leakage stage's metrics\.json"):
             read_leakage(str(path))
+
+
+def test_sentences_deduplicated_at_another_split_are_refused(pipeline_run: PipelineRun, tmp_path: Path):
+    deduped = tmp_path / "deduped"
+    deduped.mkdir()
+    for path in pipeline_run.sentences.iterdir():
+        (deduped / path.name).write_bytes(path.read_bytes())
+    stats = json.loads((pipeline_run.sentences / "stats.json").read_text()) | {"held_out_fraction": 0.3}
+    (deduped / "stats.json").write_text(json.dumps(stats))
+    argv = ["--sentences", str(deduped), "--shards", str(pipeline_run.shards), "--tasks", str(tmp_path / "t")]
+    with pytest.raises(ValueError, match=r"written with held_out_fraction 0\.3, but this stage splits at 0\.05"):
+        leakage.run([*NO_PARAMS, *argv, "--output", str(tmp_path / "out"), f"--held_out_fraction={FRACTION}", *LOCAL])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import collections
+import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines import splits
+from pipelines import documents, splits
 from pipelines.batch_hashes import stable_hashes64
 
 IDS = [f"pydoc:module{i}:function{i % 7}" for i in range(20000)]
@@ -40,8 +42,11 @@ def test_a_fraction_that_leaves_a_side_empty_is_refused(fraction: float):
         splits.check_fraction(fraction)
 
 
-def test_an_upstream_split_at_another_fraction_is_refused_naming_its_file():
-    splits.check_agrees(None, 0.2, "x/stats.json")  # an upstream that does not split
-    splits.check_agrees(0.2, 0.2, "x/stats.json")
-    with pytest.raises(ValueError, match=r"x/stats\.json: written with held_out_fraction 0\.1"):
-        splits.check_agrees(0.1, 0.2, "x/stats.json")
+def test_an_upstream_split_at_another_fraction_is_refused_naming_its_file(tmp_path: Path):
+    (tmp_path / "stats.json").write_text(json.dumps({"counters": {}}))  # an upstream that does not split
+    assert documents.read_split_stats(str(tmp_path), 0.2) == {"counters": {}}
+    (tmp_path / "stats.json").write_text(json.dumps({"held_out_fraction": 0.2}))
+    assert documents.read_split_stats(str(tmp_path), 0.2) == {"held_out_fraction": 0.2}
+    (tmp_path / "stats.json").write_text(json.dumps({"held_out_fraction": 0.1}))
+    with pytest.raises(ValueError, match=r"stats\.json: written with held_out_fraction 0\.1, but this stage splits"):
+        documents.read_split_stats(str(tmp_path), 0.2)
