@@ -11,19 +11,30 @@ Imports neither Beam nor torch (numpy only), so tests and benches call it direct
   from numpy's generators, whose streams numpy does not promise to keep across releases. Nothing depends on
   Python's salted ``hash()``, so every process and machine computes the same signature;
 - ``estimated_jaccard`` (share of equal signature entries) and ``bucket_pairs``, the bounded candidate pairs of
-  one LSH bucket.
+  one LSH bucket, which ``similar_pairs`` compares;
+- ``first_of_runs``: over rows sorted by key then priority, each row's run's first row, the copy every rule keeps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_BETTER", "MinHasher", "bucket_pairs", "compact", "content_key", "estimated_jaccard", "sentence_key"]
+__all__ = [
+    "MAX_BETTER",
+    "MinHasher",
+    "bucket_pairs",
+    "compact",
+    "content_key",
+    "estimated_jaccard",
+    "first_of_runs",
+    "sentence_key",
+    "similar_pairs",
+]
 
 # A bucket member is compared with at most this many better members, the best first. A bucket of thousands of
 # near-identical documents (a licence, a template page) would otherwise give n²/2 pairs; a member that shares a
@@ -155,3 +166,30 @@ def bucket_pairs(members: Sequence[tuple[Any, bytes]], max_better: int = MAX_BET
             seen.add(content)
             kept.append(priority)
     return [(worse, better) for i, worse in enumerate(kept) for better in kept[: min(i, max_better)]]
+
+
+def similar_pairs(
+    buckets: Iterable[Sequence[tuple[Any, bytes, bytes]]], threshold: float, max_better: int = MAX_BETTER
+) -> Iterator[tuple[Any, Any]]:
+    """Yields the (worse, better) priority pairs of ``bucket_pairs`` whose signatures agree on ≥ ``threshold``.
+
+    Args:
+        buckets: each bucket's members as (priority key, content key, ``compact`` signature).
+    """
+    for members in buckets:
+        signatures = {priority: signature for priority, _, signature in members}
+        for worse, better in bucket_pairs([member[:2] for member in members], max_better):
+            if estimated_jaccard(signatures[worse], signatures[better]) >= threshold:
+                yield worse, better
+
+
+def first_of_runs(*keys: np.ndarray) -> np.ndarray:
+    """Returns, for rows sorted by ``keys`` (equal-length arrays, then by priority), the index of the first row
+    of each row's run of equal keys: the best copy, which a rule keeps, while a row ``i`` with ``first[i] != i``
+    goes."""
+    n = len(keys[0])
+    starts = np.zeros(n, dtype=bool)
+    starts[:1] = True
+    for key in keys:
+        starts[1:] |= key[1:] != key[:-1]
+    return np.maximum.accumulate(np.where(starts, np.arange(n), 0))

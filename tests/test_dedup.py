@@ -10,12 +10,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import dedup, files
+from pipelines import dedup, dedup_steps, files
 from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
 from pipelines.splits import is_held_out
 
 FRACTION = 0.5
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+TWO_WORKERS = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 NORMALIZER = {"lower_case": True, "strip_accents": True}
 BOILERPLATE = "copyright the authors, all rights reserved."
 
@@ -172,10 +173,35 @@ def test_two_runs_and_one_or_two_workers_write_the_same_bytes(tmp_path: Path):
     source = _sentences_folder(tmp_path / "s", _docs())
     _run(source, tmp_path / "one")
     _run(source, tmp_path / "again")
-    _run(source, tmp_path / "two", beam=["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    _run(source, tmp_path / "two", beam=TWO_WORKERS)
     one = {p.name: p.read_bytes() for p in (tmp_path / "one").iterdir()}
     assert one == {p.name: p.read_bytes() for p in (tmp_path / "again").iterdir()}
     assert one == {p.name: p.read_bytes() for p in (tmp_path / "two").iterdir()}
+
+
+def test_any_number_of_slices_writes_the_same_files_and_leaves_no_spill(tmp_path: Path):
+    source = _sentences_folder(tmp_path / "s", _docs())
+    one = _run(source, tmp_path / "one")  # the tiny input makes one slice
+    many = _run(source, tmp_path / "many", "--slice_mb=0.0001", beam=TWO_WORKERS)  # dozens of slices
+    assert one["counters"] == many["counters"] and many["config"]["slice_mb"] == 0.0001
+    names = sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "many").iterdir())  # no .tmp-spill left behind
+    assert not [n for n in names if n.startswith(".")]
+    for name in names:
+        if name != "stats.json":  # which records slice_mb
+            assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
+
+
+def test_a_failed_run_leaves_no_spill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    source = _sentences_folder(tmp_path / "s", _docs())
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("a step failed")
+
+    monkeypatch.setattr(dedup_steps, "drop_repeats", fail)  # after three steps have spilled their records
+    with pytest.raises(RuntimeError, match="a step failed"):
+        _run(source, tmp_path / "d")
+    assert list((tmp_path / "d").iterdir()) == []
 
 
 def test_an_unfinished_input_fails_naming_it_and_leaves_no_output(tmp_path: Path):

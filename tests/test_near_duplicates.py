@@ -8,7 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from pipelines.near_duplicates import MinHasher, bucket_pairs, compact, content_key, estimated_jaccard
+from pipelines.near_duplicates import (
+    MinHasher,
+    bucket_pairs,
+    compact,
+    content_key,
+    estimated_jaccard,
+    first_of_runs,
+    similar_pairs,
+)
 
 HASHER = MinHasher()
 WORDS = 400
@@ -77,6 +85,22 @@ def test_bucket_pairs_are_bounded_best_first_and_skip_exact_duplicates():
     assert len(pairs) <= 3 * 1001
     assert pairs[:3] == [((1, "d0000"), (0, "z")), ((1, "d0001"), (0, "z")), ((1, "d0001"), (1, "d0000"))]
     assert {worse for worse, _ in pairs} == {(1, f"d{i:04d}") for i in range(250)}  # one per content key
+
+
+def test_similar_pairs_keep_the_pairs_at_or_above_the_threshold():
+    same, half, other = b"\x01" * 8, b"\x01" * 4 + b"\x02" * 4, b"\x03" * 8  # two 4-byte entries each
+    bucket = [((1, "b"), b"cb", half), ((0, "a"), b"ca", same), ((1, "c"), b"cc", other)]
+    assert list(similar_pairs([bucket], 0.5)) == [((1, "b"), (0, "a"))]  # b agrees with a on 1 of 2 entries
+    assert list(similar_pairs([bucket], 0.6)) == []
+    assert list(similar_pairs([bucket], 0.0)) == [((1, "b"), (0, "a")), ((1, "c"), (0, "a")), ((1, "c"), (1, "b"))]
+
+
+def test_first_of_runs_points_each_row_at_the_first_of_its_equal_keys():
+    hi = np.array([1, 1, 1, 2, 2, 3], dtype=np.uint64)
+    lo = np.array([5, 5, 6, 6, 6, 6], dtype=np.uint64)
+    assert first_of_runs(hi).tolist() == [0, 0, 0, 3, 3, 5]
+    assert first_of_runs(hi, lo).tolist() == [0, 0, 2, 3, 3, 5]  # a run ends where either key changes
+    assert first_of_runs(np.array(["x", "x", "y"], dtype=object)).tolist() == [0, 0, 2]
 
 
 def test_num_perm_must_be_a_multiple_of_bands():

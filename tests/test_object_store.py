@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from albert_lightning import shard_cache
 from albert_lightning.shard_loader import ShardDataModule
-from pipelines import corpus, files, segment, vocab
+from pipelines import corpus, dedup, files, segment, vocab
 from pipelines.shards import MANIFEST, Manifest
 from tests.conftest import DISTRIBUTED_ENV, LOCAL, NO_PARAMS
 from tests.test_end_to_end import GIT_IDENTITY, _commit, _project_copy
@@ -41,6 +41,7 @@ pytestmark = pytest.mark.object_store
 
 # moto accepts any credentials; boto3 and dvc-s3 only need some to sign requests with.
 PACKAGES = ["email", "json", "collections"]  # ~100 documents of the embedded default: enough for a 400-piece vocab
+HELD_OUT = 0.1
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -72,9 +73,10 @@ def s3(endpoint: str):
 
 @pytest.fixture(scope="module")
 def bucket_shards(endpoint: str) -> str:
-    """corpus → segment → vocab → instances with every input and output in a bucket; returns the shard folder.
+    """corpus → segment → dedup → vocab → instances with every input and output in a bucket; returns the shard
+    folder. Dedup spills its records between steps to the bucket, in many slices.
 
-    The first three run in this process; the instances stage runs as its own command on Beam's multi-processing
+    The first four run in this process; the instances stage runs as its own command on Beam's multi-processing
     engine, so its workers reach the bucket through the pipeline options alone (the environment names no endpoint).
     """
     s3(endpoint).create_bucket(Bucket="stages")
@@ -82,12 +84,14 @@ def bucket_shards(endpoint: str) -> str:
     corpus.run([*NO_PARAMS, "--output", f"{root}/corpus", "--embedded_sources=stdlib", "--embedded_packages",
                 *PACKAGES, *LOCAL, *flags])  # fmt: skip
     segment.run([*NO_PARAMS, "--input", f"{root}/corpus", "--output", f"{root}/sentences", *LOCAL, *flags])
-    vocab.run([*NO_PARAMS, "--input", f"{root}/sentences", "--output", f"{root}/vocab", "--vocab_size=400", *LOCAL,
+    dedup.run([*NO_PARAMS, "--input", f"{root}/sentences", "--output", f"{root}/deduped", "--slice_mb=0.01",
+               f"--held_out_fraction={HELD_OUT}", *LOCAL, *flags])  # fmt: skip
+    vocab.run([*NO_PARAMS, "--input", f"{root}/deduped", "--output", f"{root}/vocab", "--vocab_size=400", *LOCAL,
                *flags])  # fmt: skip
     command = [
-        sys.executable, "-m", "pipelines.instances", *NO_PARAMS, "--input", f"{root}/sentences",
+        sys.executable, "-m", "pipelines.instances", *NO_PARAMS, "--input", f"{root}/deduped",
         "--spiece", f"{root}/vocab/spiece.model", "--output", f"{root}/shards", "--max_seq_length=64",
-        "--dupe_factor=2", "--held_out_fraction=0.1", "--direct_num_workers=2", *flags,
+        "--dupe_factor=2", f"--held_out_fraction={HELD_OUT}", "--direct_num_workers=2", *flags,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -104,7 +108,9 @@ def objects(endpoint: str, bucket: str, prefix: str = "") -> dict[str, bytes]:
 def test_the_stages_write_whole_files_and_the_manifest_to_the_bucket(bucket_shards: str, endpoint: str) -> None:
     everything = objects(endpoint, "stages")
     assert not [key for key in everything if ".tmp-" in key]  # every temporary name was renamed (copied, deleted)
-    assert {"corpus/stats.json", "sentences/stats.json", "vocab/stats.json", "vocab/spiece.model"} <= set(everything)
+    assert {"corpus/stats.json", "sentences/stats.json", "deduped/stats.json", "vocab/stats.json",
+            "vocab/spiece.model"} <= set(everything)  # fmt: skip
+    assert json.loads(everything["deduped/stats.json"])["counters"]["documents_kept"] > 0
     manifest = Manifest.from_json(json.loads(everything[f"shards/{MANIFEST}"]))
     assert manifest.counters["instances"] > 0 and manifest.split("validation")
     shards = {key.removeprefix("shards/"): data for key, data in everything.items() if key.startswith("shards/")}

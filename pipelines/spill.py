@@ -1,0 +1,97 @@
+"""A shuffle through files, for a stage whose groups must not all sit in one process at once.
+
+Beam's local runner keeps every element a ``GroupByKey`` shuffles in its own process until the next step reads
+them, so a stage that groups per sentence or per LSH band grows with its corpus on a laptop, however the work is
+spread. A step that instead writes its records into part files (``Spill.write``, records partitioned by a key
+into ``parts`` slices) and a later step that reads one part at a time (``Spill.read``) keep one part per worker
+and leave only indices to the runner; the parts, not the workers, grow with the corpus. ``ThenEach`` orders the
+steps: the next one starts once every element of the previous one is done.
+
+Layout: ``{folder}/{kind}/{source:05d}.arrow``, one Arrow IPC file per source with one record batch per part, so
+a step writes one file however many parts there are and a reader of a part reads one batch of each (the file's
+footer says where). Written through a temporary name: a retried bundle rewrites the same bytes and a reader
+never sees half a file. Works on every Beam file system that seeks; the stage owning ``folder`` deletes it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import files
+
+__all__ = ["Spill", "ThenEach"]
+
+
+class Spill:
+    """Record files under ``folder``: partitioned (``write``, then ``read`` of one part across sources) or whole
+    (``put``, then ``get`` by the same index)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def _path(self, kind: str, index: int) -> str:
+        return files.join(self.folder, kind, f"{index:05d}.arrow")
+
+    def write(self, kind: str, source: int, table: pa.Table, part: np.ndarray, parts: int) -> None:
+        """Writes ``source``'s rows as ``parts`` batches, batch p holding the rows whose ``part`` is p (in table
+        order): one file per source, whatever the number of parts."""
+        order = np.argsort(part, kind="stable")
+        counts = np.bincount(part, minlength=parts) if len(part) else np.zeros(parts, dtype=np.int64)
+        if len(counts) > parts:
+            raise ValueError(f"{kind}: part {len(counts) - 1} of {parts} parts")
+        ordered = table.take(pa.array(order)).combine_chunks().to_batches()
+        rows = ordered[0] if ordered else pa.RecordBatch.from_pylist([], schema=table.schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            for start, count in zip(np.cumsum(counts) - counts, counts, strict=True):
+                writer.write_batch(rows.slice(int(start), int(count)))
+        files.write_bytes_atomically(self._path(kind, source), sink.getvalue().to_pybytes())
+
+    def read(self, kind: str, part: int, schema: pa.Schema) -> pa.Table:
+        """Returns every source's rows of ``part``, in source order; reads only that batch of each file."""
+        # Digits first: a ``.tmp-*`` name of a write that never finished is not a source's file.
+        pattern = files.join(self.folder, kind, "[0-9]*.arrow")
+        batches = []
+        for path in sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list):
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                batches.append(pa.ipc.open_file(pa.PythonFile(f, mode="r")).get_batch(part))
+        return pa.Table.from_batches(batches, schema).combine_chunks()
+
+    def put(self, kind: str, index: int, table: pa.Table) -> None:
+        """Writes ``table`` whole, for the step that reads it back by ``index``."""
+        self.write(kind, index, table, np.zeros(table.num_rows, dtype=np.int64), 1)
+
+    def delete(self) -> None:
+        """Deletes the folder and everything under it, if it exists (Beam's local file system removes a folder
+        whole; object stores remove a prefix named with its separator, and one with nothing under it is no error)."""
+        if "://" not in self.folder:
+            if os.path.isdir(self.folder):
+                FileSystems.delete([self.folder])
+        else:
+            FileSystems.delete([self.folder.rstrip("/") + "/"])
+
+    def get(self, kind: str, index: int, schema: pa.Schema) -> pa.Table:
+        """Returns the table ``put`` under ``index``."""
+        with FileSystems.open(self._path(kind, index), compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return pa.Table.from_batches([pa.ipc.open_file(pa.PythonFile(f, mode="r")).get_batch(0)], schema)
+
+
+@beam.ptransform_fn
+def ThenEach(done: beam.PCollection, count: int) -> beam.PCollection:
+    """Once every element of ``done`` exists, the indices 0 … ``count`` − 1, spread over workers.
+
+    A grouping, not a side input: the Dask runner recomputes a side input's whole upstream in each reader.
+    """
+    return (
+        done
+        | "OneKey" >> beam.Map(lambda _: (None, None))
+        | "WaitForAll" >> beam.GroupByKey()
+        | "Indices" >> beam.FlatMap(lambda _, count: range(count), count)
+        | "Spread" >> beam.Reshuffle()
+    )
