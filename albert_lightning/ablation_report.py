@@ -23,9 +23,11 @@ import torch
 
 from albert_lightning import ablation_findings
 from albert_lightning.ablation_findings import Evidence, TaskPredictions
+from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.eval_report import read_predictions
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
 from albert_lightning.task_files import TaskSpec
+from pipelines.commands import main as run_command
 from pipelines.shards import MANIFEST, Manifest
 
 __all__ = ["Run", "collect", "main", "tables"]
@@ -102,7 +104,7 @@ def _evidence(folder: Path, evaluation: dict[str, Any]) -> Evidence:
 
 
 def _read_run(folder: Path) -> Run:
-    checkpoint = torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    checkpoint = load_checkpoint(folder / "checkpoints" / "last.ckpt")
     evaluation = json.loads((folder / "eval" / "metrics.json").read_text())
     intrinsic: dict[str, float] = {}
     for scores in evaluation["intrinsic"].values():
@@ -222,4 +224,4 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "ablation_report")  # an error (e.g. a refused checkpoint) is one line; the trace in a log

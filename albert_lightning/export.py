@@ -7,11 +7,9 @@
 from __future__ import annotations
 
 import argparse
-import pickle
 from pathlib import Path
 
-import torch
-
+from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.hf import export_hf
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
 from pipelines.commands import main as run_command
@@ -31,13 +29,14 @@ def read_pretraining_checkpoint(path: str | Path) -> tuple[AlbertForPreTraining,
     """Returns the model saved in a Lightning pretraining checkpoint and how its training text was normalised.
 
     The checkpoint must be one consolidated file whose ``hyper_parameters["config"]`` holds the AlbertConfig
-    fields and whose ``state_dict`` keys start with ``model.``. Lightning pickles more than tensors (hyper-
-    parameters, loop state), so the file is unpickled in full: load only checkpoints you trust.
+    fields and whose ``state_dict`` keys start with ``model.``. It is read by ``checkpoints.load_checkpoint``,
+    which refuses a file naming types beyond tensors and plain data without running it.
     ``hyper_parameters["normalizer"]`` gives the normalisation; checkpoints written before it was recorded
     get the defaults, which every run then used.
 
     Raises:
-        ValueError: if the checkpoint lacks the config or holds no ``model.`` weights.
+        ValueError: if the checkpoint is unreadable, holds other types, lacks the config or holds no ``model.``
+            weights.
     """
     path = Path(path)
     if path.is_dir():
@@ -45,10 +44,7 @@ def read_pretraining_checkpoint(path: str | Path) -> tuple[AlbertForPreTraining,
             f"{path} is a sharded checkpoint folder; consolidate it into one file first "
             "(python -m lightning.pytorch.utilities.consolidate_checkpoint)"
         )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except (RuntimeError, OSError, EOFError, pickle.UnpicklingError) as err:
-        raise ValueError(f"{path}: not a readable checkpoint ({err}); was it written completely?") from err
+    checkpoint = load_checkpoint(path)
     hyper_parameters = checkpoint.get("hyper_parameters", {})
     config = hyper_parameters.get("config")
     if not isinstance(config, dict):

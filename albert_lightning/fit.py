@@ -9,6 +9,8 @@ A new run (no ``--ckpt_path``) refuses a checkpoint folder that already holds ch
 ``evaluate`` read ``last.ckpt``, and Lightning would write the new run's beside it as ``last-v1.ckpt``.
 ``--ckpt_path last`` resumes the earlier run; ``--overwrite true`` deletes its checkpoints and starts again.
 ``dvc repro`` needs neither: DVC removes the stage's outputs, the checkpoint folder among them, before it runs.
+A checkpoint to resume from is read as ``checkpoints.load_checkpoint`` reads one: a file naming anything beyond
+tensors and plain data is refused, one line naming it, before the run starts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import pickle
 import re
 import sys
 import warnings
@@ -28,6 +31,7 @@ from lightning.fabric.utilities.warnings import PossibleUserWarning
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
+from albert_lightning.checkpoints import load_checkpoint, refusal, safe_loading
 from albert_lightning.pretraining import AlbertPretraining
 from albert_lightning.run_curves import StepProgressBar
 from albert_lightning.shard_loader import ShardDataModule
@@ -123,6 +127,33 @@ def claim_checkpoint_folders(trainer: L.Trainer, ckpt_path: str | None, overwrit
                 os.remove(path)
 
 
+def check_resumed_checkpoints(trainer: L.Trainer, ckpt_path: str | None) -> None:
+    """Reads the checkpoints a resume may load (``ckpt_path``; for "last", every ``last*.ckpt`` in the run's
+    checkpoint folders) as ``load_checkpoint`` does, so that one naming code is refused before the run starts.
+
+    Raises:
+        ValueError: naming the file, for a checkpoint that is unreadable, names other types, or is a folder.
+    """
+    if ckpt_path is not None and os.path.isdir(ckpt_path):
+        # torch.distributed.checkpoint reads a folder's .metadata with plain pickle.load (torch 2.13), which
+        # runs what the file names, and torch's weights-only unpickler cannot read that pickle's protocol.
+        raise ValueError(
+            f"{ckpt_path}: a distributed checkpoint folder, which cannot be read without running what it names; "
+            "if you trust it, consolidate it into one file (python -m lightning.pytorch.utilities."
+            "consolidate_checkpoint) and resume from that"
+        )
+    if ckpt_path == "last":
+        paths = [p for f in checkpoint_folders(trainer) for p in glob.glob(os.path.join(glob.escape(f), "last*.ckpt"))]
+    elif ckpt_path is not None and os.path.isfile(ckpt_path):
+        paths = [ckpt_path]
+    else:
+        # None, a URL or "hpc": left to Lightning's restore, weights-only too (FSDP2Strategy.load_checkpoint
+        # insists on it, since Lightning 2.6 drops the weights_only that cli_main passes to fit).
+        paths = []
+    for path in paths:
+        load_checkpoint(path, mmap=True)
+
+
 def cli_main(args: list[str] | None = None) -> AlbertCLI:
     """Parses ``args`` (None: the command line), trains, and returns the CLI (its ``trainer`` and ``model``)."""
     with warnings.catch_warnings():
@@ -153,9 +184,22 @@ def cli_main(args: list[str] | None = None) -> AlbertCLI:
             args=args,
         )
         claim_checkpoint_folders(cli.trainer, cli.config["ckpt_path"], cli.config["overwrite"])
-        with _naming_a_lost_peer(cli.trainer):
-            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config["ckpt_path"])
+        check_resumed_checkpoints(cli.trainer, cli.config["ckpt_path"])
+        with safe_loading(), _naming_a_refused_checkpoint(cli.trainer), _naming_a_lost_peer(cli.trainer):
+            cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config["ckpt_path"], weights_only=True)
     return cli
+
+
+@contextlib.contextmanager
+def _naming_a_refused_checkpoint(trainer: L.Trainer) -> Iterator[None]:
+    # torch's refusal is a page of advice on loading the file unsafely, and names no file.
+    try:
+        yield
+    except pickle.UnpicklingError as err:
+        refused = refusal(trainer.ckpt_path, err)
+        if refused is None:
+            raise
+        raise refused from err
 
 
 # What gloo and NCCL say when a peer rank died (its sockets closed) or stopped answering (the strategy's timeout).

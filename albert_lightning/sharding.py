@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -115,6 +117,12 @@ class FSDP2Strategy(ModelParallelStrategy):
             timeout=timedelta(seconds=timeout_s),
         )
         self.timeout_s = timeout_s
+
+    def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
+        # Lightning 2.6 drops the ``weights_only`` given to ``Trainer.fit`` for strategies that restore after
+        # setup, as this one does, and torch's default then follows TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD: a resumed
+        # checkpoint must never run code, whatever the environment says.
+        return super().load_checkpoint(checkpoint_path, weights_only=True)
 
     def setup_environment(self) -> None:
         # ModelParallelStrategy resolves "auto" to the number of nodes; here every process is data parallel.

@@ -198,11 +198,13 @@ def build_step(kind: str, preset: str, vocab_size: int, batch):
 def train_worker(args: argparse.Namespace) -> dict:
     import torch
 
+    from albert_lightning.checkpoints import load_checkpoint
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    batch = {k: v.to(device) for k, v in torch.load(args.batch_file).items()}
+    batch = {k: v.to(device) for k, v in load_checkpoint(args.batch_file).items()}
     with device:
         model, step = build_step(args.worker, args.preset, args.vocab_size, batch)
 

@@ -1,0 +1,147 @@
+"""Checkpoints are read without running code: export, the ablation report and resuming refuse one that names any.
+
+The hostile checkpoint is a pretraining checkpoint whose unpickling in full would create a file, ``pwned``; each
+reader must refuse it with one line naming the file and what it names, and ``pwned`` must not appear.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from albert_lightning.checkpoints import load_checkpoint
+from albert_lightning.export import main as export_main
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+from tests.conftest import DISTRIBUTED_ENV
+from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_subprocess, write_subset
+
+
+class Touch:
+    """Unpickled, it creates ``path`` (through ``getattr(PosixPath, "touch")``): code where data should be."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (self.path,))
+
+
+class MakeDir:
+    """Unpickled, it creates the folder ``path`` through ``os.mkdir``, a function of a module torch blocks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.path),))
+
+
+def hostile(path: Path, payload: object) -> Path:
+    """Writes a tiny model's pretraining checkpoint that also holds ``payload``."""
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny"))
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": state, "hyper_parameters": {"config": asdict(model.config)}, "x": payload}, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def shards(pipeline_run, tmp_path_factory) -> Path:
+    return write_subset(pipeline_run.shards, tmp_path_factory.mktemp("safe") / "shards", 20)
+
+
+def test_the_hostile_checkpoint_runs_its_code_when_unpickled_in_full(tmp_path: Path) -> None:
+    path = hostile(tmp_path / "last.ckpt", Touch(tmp_path / "pwned"))
+    torch.load(path, weights_only=False)  # what export did: the file's code ran
+    assert (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(("payload", "named"), [(Touch, "getattr"), (MakeDir, "posix.mkdir")])
+def test_load_checkpoint_refuses_code_naming_the_file_and_the_type(tmp_path: Path, payload: type, named: str) -> None:
+    path = hostile(tmp_path / "last.ckpt", payload(tmp_path / "pwned"))
+    with pytest.raises(ValueError, match=rf"^{path}: holds {named}, which no checkpoint of this project does") as e:
+        load_checkpoint(path)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_export_command_refuses_a_hostile_checkpoint_in_one_line(tmp_path: Path) -> None:
+    path = hostile(tmp_path / "last.ckpt", Touch(tmp_path / "pwned"))
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    command = [sys.executable, "-m", "albert_lightning.export", "--checkpoint", str(path), "--output"]
+    done = subprocess.run([*command, str(tmp_path / "export")], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr[-4000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"export: error: {path}: holds getattr, "), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no pwned, no export
+
+
+def test_the_ablation_report_refuses_a_hostile_run_in_one_line(tmp_path: Path) -> None:
+    path = hostile(tmp_path / "runs" / "baseline" / "checkpoints" / "last.ckpt", Touch(tmp_path / "pwned"))
+    (tmp_path / "runs" / "baseline" / "eval").mkdir()
+    (tmp_path / "runs" / "baseline" / "eval" / "metrics.json").write_text("{}\n")  # a finished run: it is read
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    command = [sys.executable, "-m", "albert_lightning.ablation_report", "--runs", str(tmp_path / "runs")]
+    done = subprocess.run(
+        [*command, "--output", str(tmp_path / "report")], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stderr[-4000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ablation_report: error: {path}: holds getattr, "), done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]  # no pwned, no report
+
+
+def test_resuming_from_a_hostile_checkpoint_is_refused_before_the_run_starts(shards: Path, tmp_path: Path) -> None:
+    path = hostile(tmp_path / "elsewhere" / "last.ckpt", Touch(tmp_path / "pwned"))
+    root = tmp_path / "run"
+    done = fit_subprocess(fit_args(root, shards, 4, 2, f"--ckpt_path={path}"), check=False)
+    assert done.returncode == 1, done.stderr[-4000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"fit: error: {path}: holds getattr, which no checkpoint"), done.stderr[-4000:]
+    assert not (tmp_path / "pwned").exists()
+    assert not root.exists()  # nothing ran: not even the config Lightning saves at setup
+
+
+def test_resuming_last_checks_the_runs_last_checkpoint(shards: Path, tmp_path: Path) -> None:
+    path = hostile(tmp_path / "checkpoints" / "last.ckpt", Touch(tmp_path / "pwned"))
+    with pytest.raises(ValueError, match=rf"^{path}: holds getattr"):
+        with cli_in_process(fit_args(tmp_path, shards, 4, 2, "--ckpt_path=last")):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]  # no pwned, no config.yaml
+
+
+def test_lightnings_own_load_is_weights_only_too(shards: Path, tmp_path: Path, monkeypatch) -> None:
+    # Without the check before the run, Lightning's restore reads the file: it must refuse it the same way.
+    monkeypatch.setattr("albert_lightning.fit.check_resumed_checkpoints", lambda trainer, ckpt_path: None)
+    path = hostile(tmp_path / "elsewhere" / "last.ckpt", Touch(tmp_path / "pwned"))
+    with pytest.raises(ValueError, match=rf"^{path}: holds getattr"):
+        with cli_in_process(fit_args(tmp_path / "run", shards, 4, 2, f"--ckpt_path={path}")):
+            pass
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_distributed_checkpoint_folder_is_refused(shards: Path, tmp_path: Path) -> None:
+    # torch.distributed.checkpoint unpickles its .metadata in full, with no weights-only mode.
+    (tmp_path / "sharded").mkdir()
+    with pytest.raises(ValueError, match=rf"^{tmp_path / 'sharded'}: a distributed checkpoint folder"):
+        with cli_in_process(fit_args(tmp_path / "run", shards, 4, 2, f"--ckpt_path={tmp_path / 'sharded'}")):
+            pass
+
+
+def test_a_real_checkpoint_loads_weights_only_resumes_and_exports(shards: Path, tmp_path: Path) -> None:
+    with cli_in_process(fit_args(tmp_path, shards, 4, 2)):
+        pass
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(last) == []  # nothing beyond torch's defaults
+    assert load_checkpoint(last)["global_step"] == 2
+    with cli_in_process(fit_args(tmp_path, shards, 4, 3, f"--ckpt_path={last}")) as cli:
+        assert cli.trainer.global_step == 3
+    export_main(["--checkpoint", str(last), "--output", str(tmp_path / "export")])
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
