@@ -113,9 +113,9 @@ def downstream_interval(
     Raises:
         ValueError: The runs' tasks, seeds or dev examples differ.
     """
-    for a, b in zip(first, second, strict=True):
-        if a.seeds.shape != b.seeds.shape or not np.array_equal(a.labels, b.labels):
-            raise ValueError(f"task {a.spec.name}: the runs' seeds or dev examples differ; they cannot be paired")
+    unpaired = _unpaired(first, second)
+    if unpaired is not None:
+        raise ValueError(unpaired)
     seeds = first[0].seeds.shape[0]
     everything = [np.arange(len(t.labels)) for t in first]
     point = _average(first, np.arange(seeds), everything) - _average(second, np.arange(seeds), everything)
@@ -127,6 +127,14 @@ def downstream_interval(
         statistics[b] = _average(first, drawn, rows) - _average(second, drawn, rows)
     low, high = np.percentile(statistics, [2.5, 97.5])
     return Interval(point, float(low), float(high))
+
+
+def _unpaired(first: list[TaskPredictions], second: list[TaskPredictions]) -> str | None:
+    """Why the two runs' predictions cannot be paired task by task, or None if they can."""
+    for a, b in zip(first, second, strict=True):
+        if a.seeds.shape != b.seeds.shape or not np.array_equal(a.labels, b.labels):
+            return f"task {a.spec.name}: the runs' seeds or dev examples differ; they cannot be paired"
+    return None
 
 
 @dataclass(frozen=True)
@@ -195,13 +203,19 @@ def verdict(kind: str, interval: Interval) -> str:
     return OPEN if contains_zero else HOLDS if interval.low > 0 else FAILS
 
 
+class _MissingEvidence(Exception):
+    """The runs lack what a finding compares: a measure's counts, a shared task, pairable predictions."""
+
+
 def _values(finding: Finding, runs: dict[str, Evidence], resamples: int, seed: int) -> tuple[float, float, Interval]:
     first = runs[finding.first]
     second = runs[finding.second] if finding.second else None
     if finding.measure != "downstream":
         for run, name in ((first, finding.first), (second, finding.second)):
             if run is not None and finding.measure not in run.counts:
-                raise LookupError(f"{name} has no {finding.measure} counts in eval/metrics.json")
+                raise _MissingEvidence(f"{name} has no {finding.measure} counts in eval/metrics.json")
+            if run is not None and run.counts[finding.measure][1] < 1:
+                raise _MissingEvidence(f"{name} has no scored {finding.measure} trials in eval/metrics.json")
         c, n = first.counts[finding.measure]
         other = second.counts[finding.measure] if second else (None, None)
         interval = proportion_interval(c, n, *other, constant=finding.constant)
@@ -209,8 +223,11 @@ def _values(finding: Finding, runs: dict[str, Evidence], resamples: int, seed: i
     assert second is not None, "a downstream finding compares two runs"
     tasks = sorted(set(first.downstream) & set(second.downstream))
     if not tasks:
-        raise LookupError(f"{finding.first} and {finding.second} share no task with a predictions file")
+        raise _MissingEvidence(f"{finding.first} and {finding.second} share no task with a predictions file")
     a, b = [first.downstream[t] for t in tasks], [second.downstream[t] for t in tasks]
+    unpaired = _unpaired(a, b)
+    if unpaired is not None:
+        raise _MissingEvidence(unpaired)
     interval = downstream_interval(a, b, resamples, seed)
     everything = [np.arange(len(t.labels)) for t in a]
     every_seed = np.arange(a[0].seeds.shape[0])
@@ -231,7 +248,7 @@ def check(
             continue
         try:
             first, second, interval = _values(finding, runs, resamples, seed)
-        except (LookupError, ValueError) as e:
+        except _MissingEvidence as e:  # only that: a KeyError or ValueError elsewhere is a bug, and must show
             results.append({**result, "verdict": "skipped", "note": str(e)})
             continue
         result.update(first_value=first, second_value=second, difference=interval.difference)

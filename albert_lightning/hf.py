@@ -26,7 +26,16 @@ from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, Albe
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
 
-__all__ = ["export_hf", "hf_config", "hf_normalizer", "import_hf", "normalizer_of", "tokenizer_settings"]
+__all__ = [
+    "EXPORT_FILES",
+    "check_export_target",
+    "export_hf",
+    "hf_config",
+    "hf_normalizer",
+    "import_hf",
+    "normalizer_of",
+    "tokenizer_settings",
+]
 
 # ALBERT's special-token layout (DESIGN.md §2), as AlbertTokenizer names them.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
@@ -40,6 +49,18 @@ ARCHITECTURES = {
     SpanExtractor: HEADS["span"],
     MultipleChoice: HEADS["choice"],
 }
+# Every file an export writes (``_write_model``, ``_write_tokenizer``): a folder holding nothing else is an earlier
+# export, which a new one may replace; any other name is someone's file, and the folder is left alone.
+EXPORT_FILES = frozenset(
+    [
+        "config.json",
+        "model.safetensors",
+        "spiece.model",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+    ]
+)
 # Buffers that transformers < 4.31 saved with the weights; they carry nothing.
 _IGNORED = {"albert.embeddings.position_ids", "albert.embeddings.token_type_ids"}
 # Released checkpoints are AlbertForMaskedLM: no SOP head, and no pooler when saved by transformers >= 4.
@@ -102,18 +123,21 @@ def export_hf(
     Args:
         model: the model to export (its encoder's config must equal ``config``).
         config: its configuration; sharing must be "all" or "none".
-        folder: output folder, created if needed.
+        folder: output folder, created if needed; an existing one is replaced only if empty or an earlier
+            export (``check_export_target``).
         spiece_model: path of the SentencePiece model; when given, spiece.model and the tokenizer files are
             written too, so that ``AlbertTokenizer.from_pretrained(folder)`` loads.
         normalizer: how the pretraining text was normalised (None: the defaults); the tokenizer files repeat it.
 
-    Returns the folder. Raises ValueError if the config does not match the model or has no transformers form.
+    Returns the folder. Raises ValueError if the config does not match the model or has no transformers form,
+    FileExistsError (and touches nothing) if ``folder`` holds anything an export does not write.
     """
     encoder_config = model.config if isinstance(model, AlbertForPreTraining) else model.albert.config
     if config != encoder_config:
         raise ValueError(f"export_hf: config {config} is not the model's {encoder_config}")
     sp = None if spiece_model is None else _checked_spiece(Path(spiece_model), config.vocab_size)
     folder = Path(folder)
+    check_export_target(folder)
     # Written beside the target and renamed when complete: a failed export never leaves a folder that looks
     # like a model (config.json + weights without their tokenizer, say).
     tmp = folder.with_name(f".tmp-{uuid.uuid4().hex}-{folder.name}")
@@ -122,12 +146,51 @@ def export_hf(
         _write_model(model, config, tmp)
         if sp is not None:
             _write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings, normalizer or Normalizer())
-        if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
+        _replace(folder, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def check_export_target(folder: str | Path) -> None:
+    """Checks that an export may write ``folder``: it is absent, empty, or an earlier export (only ``EXPORT_FILES``).
+
+    Raises:
+        FileExistsError: naming the folder and what in it an export would not have written.
+    """
+    folder = Path(folder)
+    if not folder.exists() and not folder.is_symlink():
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        raise FileExistsError(f"{folder}: exists and is not a folder; export writes a new folder there, choose another")
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in EXPORT_FILES or not _plain_file(p))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise FileExistsError(
+            f"{folder}: holds files an export does not write ({shown}); export replaces only an empty folder or an "
+            "earlier export, so give an empty or new folder"
+        )
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _replace(folder: Path, new: Path) -> None:
+    """Puts ``new`` in ``folder``'s place by renames: the old folder is set aside and deleted only once ``new``
+    is there, and put back if that fails."""
+    check_export_target(folder)  # again: the writing took time, and someone may have put a file there meanwhile
+    if not folder.exists():
+        new.rename(folder)
+        return
+    old = folder.with_name(f".old-{uuid.uuid4().hex}-{folder.name}")
+    folder.rename(old)
+    try:
+        new.rename(folder)
+    except BaseException:
+        old.rename(folder)
+        raise
+    shutil.rmtree(old)
 
 
 def _checked_spiece(path: Path, vocab_size: int) -> sentencepiece.SentencePieceProcessor:

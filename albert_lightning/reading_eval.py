@@ -34,14 +34,14 @@ from torch.utils.data import DataLoader
 from albert_lightning.bootstrap import median_gain_interval
 from albert_lightning.eval_report import STARTS, round_score, rounded_gain, text_writer, write_all_atomically
 from albert_lightning.finetuning import AlbertFineTuning, Encoder, run_finetuning, start_names, starts
-from albert_lightning.hf import export_hf
+from albert_lightning.hf import check_export_target, export_hf
 from albert_lightning.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.reading_files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
 from albert_lightning.reading_metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
 from albert_lightning.spans import Window, decode, make_windows
 from albert_lightning.subsets import finetuning_seeds, finetuning_steps, train_sizes, train_subset
-from albert_lightning.task_files import TaskDataError
+from albert_lightning.task_files import TaskDataError, read_task_config
 
 __all__ = ["READING_TASKS", "ReadingTask", "evaluate_reading_task", "first_sentence_object", "reading_task"]
 
@@ -80,8 +80,7 @@ def reading_task(name: str, squad_dir: str | None, race_dir: str | None) -> Read
     if name == "race":
         folder = _folder(race_dir, "race_dir", name)
         return ReadingTask(name, "choice", read_race(folder, "train"), read_race(folder, "dev"), "race")
-    spec = Path(name) / "task.json"
-    if spec.exists() and json.loads(spec.read_text()).get("kind") == "span":
+    if read_task_config(Path(name)).get("kind") == "span":
         files = squad_files(name, "1.1")
         return ReadingTask(Path(name).name, "span", read_squad(files["train"]), read_squad(files["dev"]), "1.1")
     return None
@@ -365,7 +364,12 @@ def evaluate_reading_task(
     task: ReadingTask, config: Any, pretrained: AlbertForPreTraining, encoder: Encoder
 ) -> dict[str, Any]:
     """Returns a reading task's report entry (the shape of ``evaluate.evaluate_task``'s: per dev split the
-    baseline and per training-set size the fine-tuned scores), writing the audited run's files."""
+    baseline and per training-set size the fine-tuned scores), writing the audited run's files.
+
+    Raises:
+        FileExistsError: before any fine-tuning, if ``finetuned/<task>`` holds files that are not an export's.
+    """
+    check_export_target(Path(config.output) / "finetuned" / task.name)
     inputs = _encode(task, encoder, config)
     sizes = train_sizes(config.train_sizes, len(inputs.train))
     split = {"examples": len(task.dev), "majority": baseline(task), "baseline": _baseline_name(task), "sizes": {}}

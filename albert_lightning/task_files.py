@@ -37,6 +37,7 @@ __all__ = [
     "label_ids",
     "load_split",
     "present_splits",
+    "read_task_config",
     "resolve_task",
     "run_splits",
 ]
@@ -338,7 +339,12 @@ def _split_files(folder: Path) -> dict[str, str]:
     return splits
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
+def read_task_config(folder: Path) -> dict[str, Any]:
+    """Returns ``folder``'s ``task.json`` (an object of ``GENERIC_KEYS``), or {} when it has none.
+
+    Raises:
+        TaskDataError: naming the file, for a file that is not JSON, not an object, or has other keys.
+    """
     path = folder / "task.json"
     if not path.is_file():
         return {}
@@ -392,7 +398,7 @@ def generic_task(folder: str | Path) -> TaskSpec:
         TaskDataError: Missing train/dev files, a bad ``task.json``, or a train file without the label column.
     """
     folder = Path(folder)
-    splits, config = _split_files(folder), _read_config(folder)
+    splits, config = _split_files(folder), read_task_config(folder)
     kind, label_column = config.get("kind", "classification"), config.get("label", "label")
     train = folder / splits["train"]
     columns, records = _records(train)

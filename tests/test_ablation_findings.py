@@ -142,3 +142,38 @@ def test_summary_counts_no_claim_apart() -> None:
         "Of 3 findings checked, 2 hold, 0 do not hold and 1 is not resolved at this budget (holds: a, b; "
         "not resolved at this budget: c); 1 reported without a claim (d)."
     )
+
+
+def test_check_skips_runs_without_trials_or_pairable_predictions() -> None:
+    runs = {
+        "baseline": af.Evidence(counts={"sop": (0, 0)}, downstream={"acc": _predictions(["a", "b"], [["a", "b"]])}),
+        "objective-nsp": af.Evidence(counts={"sop": (52, 100)}, downstream={"acc": _predictions(["a"], [["a"]])}),
+    }
+    results = {r["key"]: r for r in af.check(runs, af.FINDINGS[:4], resamples=10)}
+    assert results["SOP>NSP on SOP"]["verdict"] == "skipped"
+    assert results["SOP>NSP on SOP"]["note"] == "baseline has no scored sop trials in eval/metrics.json"
+    assert results["SOP>=NSP downstream"]["verdict"] == "skipped"
+    assert "task acc: the runs' seeds or dev examples differ" in results["SOP>=NSP downstream"]["note"]
+
+
+@pytest.mark.parametrize("bug", [KeyError("exp_avg"), IndexError("index 3 is out of bounds"), ValueError("a bug")])
+def test_check_lets_a_bug_propagate_instead_of_calling_the_finding_skipped(
+    bug: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args, **kwargs):
+        raise bug
+
+    runs = {
+        "baseline": af.Evidence(counts={"sop": (90, 100)}, downstream={"acc": _predictions(["a"], [["a"]])}),
+        "objective-nsp": af.Evidence(counts={"sop": (52, 100)}, downstream={"acc": _predictions(["a"], [["b"]])}),
+    }
+    for target, finding in (("proportion_interval", af.FINDINGS[0]), ("_average", af.FINDINGS[3])):
+        with monkeypatch.context() as patched:
+            patched.setattr(af, target, broken)
+            with pytest.raises(type(bug)) as raised:
+                af.check(runs, (finding,), resamples=10)
+            assert raised.value is bug
+
+
+def _predictions(labels: list[str], seeds: list[list[str]]) -> af.TaskPredictions:
+    return af.TaskPredictions(ACCURACY, np.asarray(labels), np.asarray(seeds))

@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from albert_lightning import evaluate
-from albert_lightning.reading_eval import first_sentence_object
+from albert_lightning.reading_eval import first_sentence_object, reading_task
 from albert_lightning.task_files import TaskDataError
 from tests.conftest import PipelineRun
 from tests.test_evaluate import _argv
@@ -105,6 +105,20 @@ def test_the_first_sentence_baseline() -> None:
     assert first_sentence_object("return the base name of pathname p. more text.") == "the base name of pathname p"
     assert first_sentence_object("returns x.") == "x"
     assert first_sentence_object("word") == "word"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"kind": "span",\n "metrics": ["f1",]}', r"task\.json, line 2: not valid JSON \(Expecting value\)$"),
+        ('["span"]', r"task\.json: unknown keys \['<not an object>'\]"),
+    ],
+)
+def test_a_malformed_task_json_is_named_as_the_sentence_tasks_name_theirs(text: str, message: str, tmp_path: Path):
+    (tmp_path / "returns").mkdir()
+    (tmp_path / "returns" / "task.json").write_text(text)
+    with pytest.raises(TaskDataError, match=rf"^{tmp_path / 'returns'}/{message}"):
+        reading_task(str(tmp_path / "returns"), None, None)
 
 
 def test_a_reading_task_without_its_folder_or_with_a_bad_file_is_refused_before_fine_tuning(
