@@ -15,14 +15,21 @@ for ``ABANDONED_AFTER_S``. Every file goes in under a temporary name and is rena
 share the cache (the ranks of a node, or nodes on one shared disk) never read half a file, whichever of them
 writes it; on one machine a lock per blob also makes the other ranks wait for the first download instead of
 repeating it.
+
+The manifest comes from whoever can write to the bucket, and other users may share the cache folder, so the cache
+writes only below its own folder: ``Manifest.read`` refuses any name or hash that is not the writer's, every path
+is checked to be a plain name in a folder of the cache, and a link found where the cache writes (a folder, a lock,
+a blob, a temporary file) is never followed: refused, or in a blob's place replaced by a download.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -68,17 +75,46 @@ def local_folder(data_dir: str | os.PathLike, cache_dir: str | os.PathLike | Non
     remote = os.fspath(data_dir).rstrip("/")
     manifest = Manifest.read(remote, read_bytes=files.read_bytes, join=files.join)
     text = manifest.to_bytes()  # byte for byte the manifest the instances stage wrote
-    cache = Path(cache_dir if cache_dir is not None else default_cache_dir()).absolute()  # symlink targets
-    folder = cache / "folders" / hashlib.sha256(text).hexdigest()
-    folder.mkdir(parents=True, exist_ok=True)
-    _delete_abandoned((cache / "blobs").glob(".tmp-*"))
+    # Absolute for the symlink targets, resolved once as its user set it (it may be a link); none below it is followed.
+    cache = Path(cache_dir if cache_dir is not None else default_cache_dir()).absolute()
+    cache.mkdir(parents=True, exist_ok=True)
+    cache = cache.resolve()
+    blobs = _folder(cache, "blobs")
+    folder = _folder(_folder(cache, "folders"), hashlib.sha256(text).hexdigest())
+    _delete_abandoned(blobs.glob(".tmp-*"))
     for name, size, sha256 in manifest.files():
-        blob = _fetched(files.download, files.join(remote, name), cache / "blobs", size, sha256)
-        with _renamed_into(folder / name) as tmp:
+        blob = _fetched(files.download, files.join(remote, name), blobs, size, sha256)
+        with _renamed_into(_inside(folder, name)) as tmp:
             tmp.symlink_to(blob)
-    with _renamed_into(folder / MANIFEST) as tmp:  # last, as in the remote folder
-        tmp.write_bytes(text)
+    with _renamed_into(_inside(folder, MANIFEST)) as tmp:  # last, as in the remote folder
+        _create(tmp, text)
     return os.fspath(folder)
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """Returns ``folder/name``, refusing a name that would lead anywhere else (``..``, a separator, a root)."""
+    path = folder / name
+    if path.parent != folder or path.name != name or name == "..":
+        raise ValueError(f"{folder}: {name!r} is no file name in this folder; the cache writes only inside it")
+    return path
+
+
+def _folder(parent: Path, name: str) -> Path:
+    """Returns the folder ``parent/name``, made if missing: a real folder, not a link (which would take every
+    write below it out of the cache)."""
+    path = _inside(parent, name)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir()
+    if not stat.S_ISDIR(path.lstat().st_mode):
+        raise ValueError(f"{path}: not a folder but a link or file, which the cache never makes; delete it")
+    return path
+
+
+def _create(path: Path, data: bytes = b"") -> None:
+    """Writes ``data`` to ``path``, which must not exist: whatever is there, a link above all, is left alone."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with open(fd, "wb") as f:
+        f.write(data)
 
 
 def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, size: int | None, sha256: str) -> Path:
@@ -86,13 +122,14 @@ def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, siz
 
     ``download(remote, local)`` copies the file and returns the sha256 of the bytes it wrote.
     """
-    blob = blobs / sha256
-    with _locked(blobs / f"{sha256}.lock"):
-        if blob.exists() and file_mismatch(blob, size, sha256) is None:
+    blob = _inside(blobs, sha256)
+    with _locked(_inside(blobs, f"{sha256}.lock")):
+        if stat.S_ISREG(_mode(blob)) and file_mismatch(blob, size, sha256) is None:
             return blob
-        blob.unlink(missing_ok=True)  # partial or corrupt: fetched again
+        blob.unlink(missing_ok=True)  # partial, corrupt or a planted link (unlink removes the link itself)
         for _ in range(DOWNLOAD_ATTEMPTS):
-            tmp = blobs / f".tmp-{uuid.uuid4().hex}-{sha256}"
+            tmp = _inside(blobs, f".tmp-{uuid.uuid4().hex}-{sha256}")
+            _create(tmp)  # so that the download opens a file of its own, not a link someone put there
             try:
                 actual = download(remote, tmp)
                 if actual == sha256:
@@ -113,7 +150,7 @@ def _delete_abandoned(temporaries: Iterable[Path]) -> None:
     now = time.time()
     for tmp in temporaries:
         with contextlib.suppress(FileNotFoundError):  # renamed or deleted meanwhile by its owner
-            if now - tmp.stat().st_mtime > ABANDONED_AFTER_S:
+            if now - tmp.lstat().st_mtime > ABANDONED_AFTER_S:
                 tmp.unlink()
 
 
@@ -122,13 +159,28 @@ def _locked(lock: Path) -> Iterator[None]:
     """Holds an exclusive lock on ``lock`` (released by the OS if this process dies). Only a courtesy: the
     temporary-name-then-rename writes are what keep the cache consistent, locked or not (e.g. on a shared disk
     whose locks do not reach other nodes)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    try:  # O_NOFOLLOW: opening a link planted at the lock's name would create or touch its target
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise ValueError(f"{lock}: a link, which the cache never makes; delete it") from err
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _mode(path: Path) -> int:
+    """``path``'s own file type and mode bits (a link's, not its target's); 0 when there is nothing there."""
+    try:
+        return path.lstat().st_mode
+    except FileNotFoundError:
+        return 0
 
 
 @contextlib.contextmanager

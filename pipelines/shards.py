@@ -13,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import typing
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields
@@ -241,19 +244,35 @@ class Manifest:
         return (json.dumps(asdict(self), indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> Manifest:
+    def from_json(cls, body: Any) -> Manifest:
         """Returns the manifest of a parsed ``manifest.json``.
 
+        Whoever can write to the bucket writes this, and the download cache joins its names and hashes to local
+        paths, so every field must have the type and shape the writer gives it: shard names exactly as
+        ``shard_name`` makes them (no separator, no ``..``), hashes of 64 lowercase hex digits.
+
         Raises:
-            ValueError: an unknown schema version, or a field missing or of the wrong shape.
+            ValueError: one line naming the field (``shards[3].file``) and what is wrong with it.
         """
-        if body.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {body.get('schema_version')}, expected {SCHEMA_VERSION}")
+        if type(body) is not dict:
+            raise ValueError(f"the manifest is {_shown(body)}, not a JSON object")
+        version = body.get("schema_version")
+        if type(version) is not int or version != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {_shown(version)}, expected {SCHEMA_VERSION}")
         names = {f.name for f in fields(cls)}
         if set(body) != names:
             raise ValueError(f"fields {sorted(set(body) ^ names)} missing or unknown")
-        nested = {"shards": [ShardInfo(**s) for s in body["shards"]]}
-        nested |= {"masking": MaskingConfig(**body["masking"]), "normalizer": Normalizer(**body["normalizer"])}
+        for name in ("vocab_size", "max_seq_length"):
+            if _scalar(body[name], int, name) < 1:
+                raise ValueError(f"{name} is {body[name]}, not a positive integer")
+        _sha256(body["spiece_sha256"], "spiece_sha256")
+        _scalar(body["inter_sentence"], str, "inter_sentence")
+        _scalar(body["params"], dict, "params")
+        for name, value in _scalar(body["counters"], dict, "counters").items():
+            _scalar(value, int, f"counters.{name}")
+        nested = {"shards": _shard_entries(_scalar(body["shards"], list, "shards"))}
+        nested |= {"masking": _record(MaskingConfig, body["masking"], "masking")}
+        nested |= {"normalizer": _record(Normalizer, body["normalizer"], "normalizer")}
         return cls(**(body | nested))
 
     @classmethod
@@ -278,7 +297,8 @@ class Manifest:
             manifest = cls.from_json(json.loads(read_bytes(path)))
         except FileNotFoundError as err:
             raise FileNotFoundError(f"{path}: no shard manifest; run the instances stage to completion") from err
-        except (ValueError, TypeError) as err:  # json's errors are ValueErrors too
+        # json's errors are ValueErrors too, and a RecursionError is how it refuses arrays nested thousands deep.
+        except (ValueError, TypeError, RecursionError) as err:
             raise ValueError(f"{path}: not a readable shard manifest ({err}); rerun the instances stage") from err
         if verify:
             for name, size, sha256 in manifest.files():
@@ -289,6 +309,79 @@ class Manifest:
         """Returns (name, size in bytes or None when not recorded, sha256) of every file the manifest lists:
         the shards, then the vocabulary."""
         return [*((s.file, s.bytes, s.sha256) for s in self.shards), (SPIECE, None, self.spiece_sha256)]
+
+
+_JSON_TYPES = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
+_SHARD_FILE = re.compile(r"(?P<split>[a-z]+)-(?P<index>[0-9]{5,12})-of-(?P<count>[0-9]{5,12})\.arrow")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _shown(value: Any) -> str:
+    """A JSON value for a one-line error: scalars as written (long ones cut), arrays and objects by kind."""
+    if isinstance(value, list | dict):
+        return f"an {'array' if isinstance(value, list) else 'object'}"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _scalar(value: Any, kind: type, where: str) -> Any:
+    """Returns ``value`` when JSON gave it as ``kind``: an integer passes for a number, but true is no integer."""
+    if type(value) is not kind and not (kind is float and type(value) is int):
+        raise ValueError(f"{where} is {_shown(value)}, not {_JSON_TYPES[kind]}")
+    return value
+
+
+def _sha256(value: Any, where: str) -> str:
+    if type(value) is not str or not _SHA256.fullmatch(value):
+        raise ValueError(f"{where} is {_shown(value)}, not a sha256 (64 lowercase hex digits)")
+    return value
+
+
+def _record(cls: type, body: Any, where: str) -> Any:
+    """Returns the dataclass ``cls`` of a JSON object holding exactly its fields, each of its scalar type."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    if set(_scalar(body, dict, where)) != set(names):
+        raise ValueError(f"{where}: fields {sorted(set(body) ^ set(names))} missing or unknown")
+    return cls(**{name: _scalar(body[name], hints[name], f"{where}.{name}") for name in names})
+
+
+def _shard_entries(entries: list[Any]) -> list[ShardInfo]:
+    """Returns the shards' entries, each as ``ShardWriter.write_shard`` makes it, together the set that
+    ``ShardWriter.write_manifest`` insists on: shards 0 to count - 1 of each split, each once."""
+    checked = [_shard_entry(entry, f"shards[{i}]") for i, entry in enumerate(entries)]
+    shards, counts = [shard for shard, _ in checked], sorted({count for _, count in checked})
+    twice = [name for name, n in Counter(shard.file for shard in shards).items() if n > 1]
+    if len(counts) > 1 or twice:
+        problem = f"{twice[0]!r} listed twice" if twice else f"names say {counts} shards per split, not one count"
+        raise ValueError(f"shards: {problem}")
+    if len(shards) != len(SPLITS) * sum(counts):
+        raise ValueError(f"shards: {len(shards)} listed, but their names say {len(SPLITS)} splits of {sum(counts)}")
+    return shards
+
+
+def _shard_entry(entry: Any, where: str) -> tuple[ShardInfo, int]:
+    """Returns a shard's entry and the number of shards per split its name says."""
+    shard = _record(ShardInfo, entry, where)
+    if shard.split not in SPLITS:
+        raise ValueError(f"{where}.split is {_shown(shard.split)}, not one of {SPLITS}")
+    for name in ("rows", "tokens", "bytes"):
+        if getattr(shard, name) < 0:
+            raise ValueError(f"{where}.{name} is {getattr(shard, name)}, not a non-negative integer")
+    _sha256(shard.sha256, f"{where}.sha256")
+    match = _SHARD_FILE.fullmatch(shard.file)
+    index, count = (int(match["index"]), int(match["count"])) if match else (0, 0)
+    if not match or index >= count or shard.file != shard_name(shard.split, index, count):
+        expected = f"{shard.split}-NNNNN-of-NNNNN.arrow, numbered from 0"
+        raise ValueError(f"{where}.file is {_shown(shard.file)}, not the name of a {shard.split} shard ({expected})")
+    return shard, count
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from pipelines import corpus, dedup, files, segment, vocab
 from pipelines.shards import MANIFEST, Manifest
 from tests.conftest import DISTRIBUTED_ENV, LOCAL, NO_PARAMS
 from tests.test_end_to_end import GIT_IDENTITY, _commit, _project_copy
+from tests.test_manifest_safety import VICTIM, files_below
 from tests.test_pretraining import REPO, fit_args, fit_subprocess
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed: pip install -e '.[s3]'")
@@ -287,3 +288,82 @@ def test_dvc_push_then_pull_into_a_fresh_clone_finds_every_stage_up_to_date(endp
     again = _dvc(second, env, "repro", "vocab")
     assert "Running stage" not in again and "Data and pipelines are up to date." in again, again
     assert all(f"Stage '{stage}' didn't change, skipping" in again for stage in stages), again
+
+
+# ------------------------------------------------------------------------------------------- hostile manifests
+
+
+def _with_manifest(endpoint: str, prefix: str, change) -> str:
+    """Returns the URL of a copy of the bucket's shard folder at ``prefix`` whose manifest is ``change(parsed)``."""
+    client, shards = s3(endpoint), objects(endpoint, "stages", "shards/")
+    for key in shards:
+        client.copy_object(Bucket="stages", Key=f"{prefix}/{key}", CopySource={"Bucket": "stages", "Key": key})
+    body = json.loads(shards[f"shards/{MANIFEST}"])
+    client.put_object(Bucket="stages", Key=f"{prefix}/shards/{MANIFEST}", Body=json.dumps(change(body)).encode())
+    return f"s3://stages/{prefix}/shards"
+
+
+def _extra_entry(**fields):
+    """A change adding a copy of the first shard's entry with ``fields`` changed, last: by then its blob is in
+    the cache, so a reader that took the entry would write its link without downloading anything."""
+    return lambda body: body | {"shards": [*body["shards"], body["shards"][0] | fields]}
+
+
+def _first_entry(**fields):
+    return lambda body: body | {"shards": [body["shards"][0] | fields, *body["shards"][1:]]}
+
+
+# (change, given the victim's path; what the error says after "not a readable shard manifest (")
+HOSTILE_IN_THE_BUCKET = {
+    "file-dotdot": (lambda v: _extra_entry(file="../../../victim"), r"file is '\.\./\.\./\.\./victim', not the"),
+    "file-absolute": (lambda v: _extra_entry(file=str(v)), r"file is '/.*/victim', not the name of a train shard"),
+    "file-number": (lambda v: _first_entry(file=5), r"shards\[0\]\.file is 5, not a string"),
+    "sha256-path": (lambda v: _first_entry(sha256="../../victim"), r"shards\[0\]\.sha256 is '\.\./\.\./victim'"),
+    "bytes-negative": (lambda v: _first_entry(bytes=-1), r"shards\[0\]\.bytes is -1, not a non-negative integer"),
+    "bytes-string": (lambda v: _first_entry(bytes="100"), r"shards\[0\]\.bytes is '100', not an integer"),
+}
+
+
+@pytest.mark.parametrize(("change", "message"), HOSTILE_IN_THE_BUCKET.values(), ids=HOSTILE_IN_THE_BUCKET.keys())
+def test_a_hostile_manifest_in_the_bucket_is_refused_and_nothing_outside_the_cache_changes(
+    bucket_shards: str, endpoint: str, counted_downloads: list[str], tmp_path: Path, change, message: str, request
+) -> None:
+    (tmp_path / "victim").write_bytes(VICTIM)  # the cache is tmp_path/cache: victim is its sibling
+    remote = _with_manifest(endpoint, f"hostile-{request.node.callspec.id}", change(tmp_path / "victim"))
+    (tmp_path / "cache").mkdir()
+    before = files_below(tmp_path)
+    with pytest.raises(
+        ValueError, match=rf"^{re.escape(remote)}/{MANIFEST}: not a readable shard manifest \(.*{message}"
+    ) as err:
+        shard_cache.local_folder(remote, tmp_path / "cache")
+    assert "\n" not in str(err.value) and not counted_downloads
+    assert files_below(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["blobs", "folders", "folder", "lock"])
+def test_a_link_planted_in_the_cache_is_not_followed(
+    bucket_shards: str, endpoint: str, counted_downloads: list[str], tmp_path: Path, where: str
+) -> None:
+    text = objects(endpoint, "stages", f"shards/{MANIFEST}")[f"shards/{MANIFEST}"]
+    first_blob = Manifest.from_json(json.loads(text)).shards[0].sha256
+    planted = (
+        tmp_path.resolve()
+        / "cache"
+        / {
+            "blobs": "blobs",
+            "folders": "folders",
+            "folder": f"folders/{hashlib.sha256(text).hexdigest()}",  # this manifest's
+            "lock": f"blobs/{first_blob}.lock",  # the first one taken
+        }[where]
+    )
+    planted.parent.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    if where == "lock":
+        planted.symlink_to(outside)  # to a file to be: opening the lock through it would create it
+    else:
+        outside.mkdir()
+        planted.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(planted))}: .*link.*, which the cache never makes") as err:
+        shard_cache.local_folder(bucket_shards, tmp_path / "cache")
+    assert "\n" not in str(err.value)
+    assert not outside.exists() if where == "lock" else not any(outside.iterdir())
