@@ -19,7 +19,9 @@ documents (records, rows) of the file from 0. Nothing in an id or ``meta`` depen
 Bad input: a missing path or a pattern that matches nothing fails before the pipeline, naming it; so does an
 unknown extension under ``auto``, or two files that would share ids. Invalid UTF-8, a NUL byte (a binary file),
 invalid JSON, a JSON line without the text field, an unreadable archive or Parquet file fail the run with the
-file (and line) in the message: silently dropping them would change the corpus without anyone noticing.
+file (and line) in the message: silently dropping them would change the corpus without anyone noticing. So do
+a line longer than ``max_line_mb`` and a compressed file decoding to over ``max_expansion`` times its size,
+before they exhaust memory: files are read a line (Parquet a record batch) at a time.
 An empty file and an empty document are skipped and counted (``empty_files``, ``empty_documents``); inputs
 with no text at all fail the run, naming them.
 Outputs of an earlier run are removed first and again on failure, so no stale file is left under a final name.
@@ -46,7 +48,7 @@ from pipelines.documents import (
 )
 from pipelines.hashes import stable_hash64
 from pipelines.options import MB, parse_stage_args
-from pipelines.sources import FORMATS, Source, plan_sources, read_records
+from pipelines.sources import FORMATS, MAX_EXPANSION, MAX_LINE_MB, Source, plan_sources, read_records
 from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
 
 __all__ = [
@@ -66,6 +68,14 @@ class CorpusConfig:
     )
     format: str = dataclasses.field(default="auto", metadata={"help": f"one of {', '.join(FORMATS)}"})
     text_field: str = dataclasses.field(default="text", metadata={"help": "JSON Lines key / Parquet column"})
+    # Bounds on hostile input (a line of gigabytes, a compression bomb): the run fails naming the file instead of
+    # exhausting memory. The defaults and their reasons are sources.MAX_LINE_MB and sources.MAX_EXPANSION.
+    max_line_mb: float = dataclasses.field(
+        default=MAX_LINE_MB, metadata={"help": "a longer line (text, jsonl, bert) fails the run, naming it"}
+    )
+    max_expansion: float = dataclasses.field(
+        default=MAX_EXPANSION, metadata={"help": "a compressed input decoding to more than this x its size fails"}
+    )
     # The built-in defaults keep the first corpus (stdlib, 4000) for runs without params.yaml, such as the tests'
     # shared fixture; params.yaml chooses both sources and a cap that does not bind.
     embedded_sources: str = dataclasses.field(
@@ -87,6 +97,10 @@ class CorpusConfig:
         pydocs.embedded_libraries(self.embedded_sources)  # raises ValueError listing the choices
         if self.embedded_max_documents < 1:
             raise ValueError(f"embedded_max_documents must be positive, got {self.embedded_max_documents}")
+        if not (self.max_line_mb > 0 and self.max_expansion > 0):
+            raise ValueError(
+                f"max_line_mb and max_expansion must be positive, got {self.max_line_mb}, {self.max_expansion}"
+            )
 
 
 class _ReadFile(beam.DoFn):
@@ -94,13 +108,15 @@ class _ReadFile(beam.DoFn):
 
     COUNTERS = Counters("corpus.read", "input_files", "empty_files", "empty_documents")
 
-    def __init__(self, text_field: str):
+    def __init__(self, text_field: str, max_line_mb: float, max_expansion: float):
         self._text_field = text_field
+        self._bounds = {"max_line_mb": max_line_mb, "max_expansion": max_expansion}
 
     def process(self, source: Source) -> Iterator[dict]:
         self.COUNTERS.inc("input_files")
         produced = 0
-        for ordinal, (text, where) in enumerate(read_records(source, self._text_field) if source.size else ()):
+        records = read_records(source, self._text_field, **self._bounds) if source.size else ()
+        for ordinal, (text, where) in enumerate(records):
             produced += 1
             if not text.strip():
                 self.COUNTERS.inc("empty_documents")
@@ -178,11 +194,12 @@ class ReadDocuments(beam.PTransform):
         if config.inputs:
             planned = plan_sources(config.inputs, config.format)
             self.files = len(planned)
+            read = _ReadFile(config.text_field, config.max_line_mb, config.max_expansion)
             return (
                 pbegin
                 | "ListFiles" >> beam.Create(planned)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadFiles" >> Counted(beam.ParDo(_ReadFile(config.text_field)))
+                | "ReadFiles" >> Counted(beam.ParDo(read))
             )
         sources = pydocs.embedded_sources(config.embedded_sources, config.embedded_packages)
         self.versions = {library: pydocs.library_version(library) for library in sorted({lib for lib, _ in sources})}

@@ -1,8 +1,7 @@
 """Input files of the corpus stage: matching, location-independent names, format detection and readers.
 
-Formats (``auto`` decides per file by extension, after a compression suffix: ``.gz``, ``.bz2``, ``.xz`` are
-decoded by Python's own modules, which check CRCs and lengths where Beam's decoder returns garbage for a
-corrupt ``.gz``; ``.zst``, ``.deflate`` by Beam's FileSystems):
+Formats (``auto`` decides per file by extension, after a compression suffix: ``.gz``, ``.bz2``, ``.xz``,
+``.zst``, ``.deflate``, decoded as they are read by ``files.open_decompressed``):
 - ``bert`` (never chosen by auto): one sentence per line, blank lines between documents; ``presegmented``.
 - ``text`` (``.txt .text .md .rst``): one document per file. A file is what a user means by a document
   (a book, an article); blank-line paragraphs stay inside it as sentence boundaries, and sentence-order
@@ -13,6 +12,10 @@ corrupt ``.gz``; ``.zst``, ``.deflate`` by Beam's FileSystems):
 - ``parquet`` (``.parquet``): one document per row of the ``text_field`` column.
 
 Lines end at LF, CR LF or a lone CR (old Mac files), as in Python's universal newlines.
+Hostile input fails with one line naming the file instead of exhausting memory (issue 31): files are read a
+line at a time (Parquet a record batch at a time), a line longer than ``max_line_mb`` fails naming it, and so
+does a compressed file that decodes to more than ``max_expansion`` times its size (a compression bomb). A
+``text`` file, or a ``bert`` document with no blank line, is still one document, held whole.
 A file's ``name`` is its path relative to the non-glob folder of its pattern (its basename for a plain
 path; ``books/a.txt`` for ``data/**/*.txt``), so ids built from it do not change when the data folder moves.
 Readers yield every record, empty ones included, so ordinals stay tied to positions in the file; they raise
@@ -23,20 +26,20 @@ missing text field.
 
 from __future__ import annotations
 
-import bz2
 import contextlib
 import dataclasses
-import gzip
 import json
 import logging
 import lzma
 import os
+import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import zstandard
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -44,14 +47,27 @@ from pipelines import files
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "Source", "plan_sources", "read_records"]
+__all__ = ["FORMATS", "MAX_EXPANSION", "MAX_LINE_MB", "Source", "plan_sources", "read_records"]
 
 FORMATS = ("auto", "bert", "text", "jsonl", "parquet")
 _FORMAT_BY_EXTENSION = {".txt": "text", ".text": "text", ".md": "text", ".rst": "text", ".jsonl": "jsonl"}
 _FORMAT_BY_EXTENSION |= {".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 _COMPRESSION_SUFFIXES = (".bz2", ".deflate", ".gz", ".zst", ".zstd", ".xz", ".lzma")  # Beam's AUTO list
 # What a corrupt archive or Parquet file raises; read_records re-raises it naming the file.
-_READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, pa.ArrowException)
+_READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdError, pa.ArrowException)
+# A line is held whole while it is read, so this bounds a reader's memory: a thousand times the embedded
+# default's longest document (60 KB, a JSON Lines record when written as one), a small share of a worker's memory.
+MAX_LINE_MB = 64.0
+# Text compresses 3-5.5x (the embedded default as JSON Lines: gzip 3.1, bz2 4.0, xz 5.5), and ten copies of it
+# in one .xz, whose window spans copies, 40x. Deflate cannot pass 1032x: a gzip bomb fails within its first tenth.
+MAX_EXPANSION = 100.0
+_MB = 1 << 20
+_SPOOL_CHUNK = 1 << 20  # bytes per read when decoding a compressed Parquet file to a seekable local copy
+# Parquet is read a page at a time: Arrow's default pre-buffering fetches every row group's column at once, and
+# without a buffer size reads a row group's column whole; batches count rows, so a small count bounds huge ones.
+# A 287 MB file of 1 KB rows, in 30 row groups or in one: 127 MB peak RSS (60 of it imports), against 747 MB
+# read whole as before, and 505 MB with batches of 65,536 rows (0.86 CPU-s against 0.21).
+_PARQUET_BATCH_ROWS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,31 +132,49 @@ def _format_of(path: str, format: str) -> str:
     return found
 
 
-@contextlib.contextmanager
-def _open_decoded(path: str) -> Iterator[BinaryIO]:
-    lowered = path.lower()
-    checked = lowered.endswith((".gz", ".bz2", ".xz", ".lzma"))
-    compression = CompressionTypes.UNCOMPRESSED if checked else CompressionTypes.AUTO
-    with FileSystems.open(path, compression_type=compression) as raw:
-        if lowered.endswith(".gz"):
-            yield gzip.GzipFile(fileobj=raw, mode="rb")
-        elif lowered.endswith(".bz2"):
-            yield bz2.BZ2File(raw, mode="rb")
-        elif checked:
-            yield lzma.LZMAFile(raw, mode="rb")
-        else:
-            yield raw
+@dataclasses.dataclass(frozen=True)
+class _Bounds:
+    """How far reading one file may go: the longest line, and the decoded bytes of a compressed file."""
+
+    path: str
+    max_line_mb: float
+    max_expansion: float
+    size: int  # the file's own bytes, compressed
+    compressed: bool
+
+    def check_decoded(self, decoded: int) -> None:
+        if self.compressed and decoded > self.max_expansion * self.size:
+            raise ValueError(
+                f"{self.path}: decompresses to more than {self.max_expansion:g}x its {self.size:,} bytes "
+                "(max_expansion): a compression bomb, or raise max_expansion"
+            )
 
 
-def _lines(path: str) -> Iterator[tuple[int, str]]:
-    """Yields (1-based line number, decoded line without its end) from a possibly compressed file."""
-    number = 0
-    with _open_decoded(path) as f:
-        for raw in iter(f.readline, b""):
-            body = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith((b"\n", b"\r")) else raw
-            for piece in body.split(b"\r"):
+def _lines(bounds: _Bounds) -> Iterator[tuple[int, str]]:
+    """Yields (1-based line number, decoded line without its end) from a possibly compressed file.
+
+    Holds at most ``limit + 1`` bytes: readline stops at LF or at the size asked, so a line is known to be too
+    long once that many bytes hold no end. A lone CR ends lines inside a read; a CR LF cut after its CR by the
+    size is one end, not two.
+    """
+    path, limit = bounds.path, max(1, int(bounds.max_line_mb * _MB))
+    number, decoded, pending, after_cr = 0, 0, b"", False
+    with files.open_decompressed(path) as f:
+        while chunk := f.readline(limit + 1 - len(pending)):
+            decoded += len(chunk)
+            bounds.check_decoded(decoded)
+            data = pending + (chunk[1:] if after_cr and chunk.startswith(b"\n") else chunk)
+            ended, after_cr = data.endswith(b"\n"), data.endswith(b"\r")
+            body = data[:-2] if data.endswith(b"\r\n") else data[:-1] if ended or after_cr else data
+            pieces = body.split(b"\r")
+            pending = b"" if ended or after_cr else pieces.pop()  # the start of a line the size cut
+            for piece in pieces:
                 number += 1
                 yield number, _decoded(path, number, piece)
+            if len(pending) > limit:
+                raise ValueError(f"{path}: line {number + 1} is longer than {bounds.max_line_mb:g} MB (max_line_mb)")
+    if pending:
+        yield number + 1, _decoded(path, number + 1, pending)
 
 
 def _decoded(path: str, number: int, raw: bytes) -> str:
@@ -156,10 +190,10 @@ def _decoded(path: str, number: int, raw: bytes) -> str:
     return line.removeprefix("\ufeff") if number == 1 else line
 
 
-def _bert_records(path: str) -> Iterator[tuple[str, dict]]:
+def _bert_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
     lines: list[str] = []
     first = 0
-    for number, line in _lines(path):
+    for number, line in _lines(bounds):
         if line.strip():
             first = first if lines else number
             lines.append(line.strip())
@@ -170,18 +204,23 @@ def _bert_records(path: str) -> Iterator[tuple[str, dict]]:
         yield "\n".join(lines), {"line": first}
 
 
-def _text_records(path: str) -> Iterator[tuple[str, dict]]:
-    lines = [line for _, line in _lines(path)]
-    _warn_if_json_lines(path, lines)
+def _text_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
+    lines: list[str] = []
+    filled = all_json = 0
+    for _, line in _lines(bounds):
+        lines.append(line)
+        stripped = line.strip()
+        filled += bool(stripped)
+        all_json += stripped.startswith("{") and stripped.endswith("}")
+    _warn_if_json_lines(bounds.path, filled, all_json)
     text = "\n".join(lines)
     if text:
         yield text, {}
 
 
-def _warn_if_json_lines(path: str, lines: list[str]) -> None:
+def _warn_if_json_lines(path: str, filled: int, json_like: int) -> None:
     # Read as text, a JSON Lines file becomes one document of JSON syntax: legal, but surely not what was meant.
-    filled = [line.strip() for line in lines if line.strip()]
-    if filled and all(line.startswith("{") and line.endswith("}") for line in filled):
+    if filled and json_like == filled:
         log.warning(
             "%s: every line looks like JSON; read as plain text, the JSON syntax becomes the document's text. "
             "If it is JSON Lines, give --format jsonl",
@@ -189,8 +228,9 @@ def _warn_if_json_lines(path: str, lines: list[str]) -> None:
         )
 
 
-def _jsonl_records(path: str, field: str) -> Iterator[tuple[str, dict]]:
-    for number, line in _lines(path):
+def _jsonl_records(bounds: _Bounds, field: str) -> Iterator[tuple[str, dict]]:
+    path = bounds.path
+    for number, line in _lines(bounds):
         if not line.strip():
             continue
         if line.lstrip().startswith("["):  # records are objects, so a line that opens an array is no record
@@ -209,35 +249,60 @@ def _jsonl_records(path: str, field: str) -> Iterator[tuple[str, dict]]:
         yield record[field] or "", {"line": number}
 
 
-def _parquet_records(path: str, field: str) -> Iterator[tuple[str, dict]]:
-    with _open_decoded(path) as f:
-        parquet = pq.ParquetFile(pa.BufferReader(f.read()))
-    schema = parquet.schema_arrow
-    column = schema.field(field) if field in schema.names else None
-    if column is None or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
-        raise ValueError(f"{path}: no text column '{field}' (columns: {columns}); set --text_field")
-    row = 0
-    for batch in parquet.iter_batches(columns=[field]):
-        for text in batch.column(0).to_pylist():
-            yield text or "", {"row": row}
-            row += 1
+def _parquet_records(bounds: _Bounds, field: str) -> Iterator[tuple[str, dict]]:
+    path = bounds.path
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+        if bounds.compressed:  # Parquet reads by seeking, which a decoder cannot
+            f = _decoded_copy(bounds, stack.enter_context(tempfile.TemporaryFile()))
+        parquet = pq.ParquetFile(f, pre_buffer=False, buffer_size=_MB)
+        schema = parquet.schema_arrow
+        column = schema.field(field) if field in schema.names else None
+        if column is None or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
+            raise ValueError(f"{path}: no text column '{field}' (columns: {columns}); set --text_field")
+        row = 0
+        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=[field]):
+            for text in batch.column(0).to_pylist():
+                yield text or "", {"row": row}
+                row += 1
 
 
-def read_records(source: Source, text_field: str) -> Iterator[tuple[str, dict]]:
+def _decoded_copy(bounds: _Bounds, copy: BinaryIO) -> BinaryIO:
+    """Decodes the compressed file of ``bounds`` into ``copy`` (a local temporary file) and rewinds it."""
+    decoded = 0
+    with files.open_decompressed(bounds.path) as f:
+        while chunk := f.read(_SPOOL_CHUNK):
+            decoded += len(chunk)
+            bounds.check_decoded(decoded)
+            copy.write(chunk)
+    copy.seek(0)
+    return copy
+
+
+def read_records(
+    source: Source, text_field: str, max_line_mb: float = MAX_LINE_MB, max_expansion: float = MAX_EXPANSION
+) -> Iterator[tuple[str, dict]]:
     """Yields (text, where in the file) for every record of ``source``, empty ones included.
 
+    Args:
+        source: the file.
+        text_field: the JSON Lines key or Parquet column of the text.
+        max_line_mb: the longest line (text, JSON Lines, bert) read; a longer one fails.
+        max_expansion: a compressed file may decode to at most this many times its size.
+
     Raises:
-        ValueError: naming the file (and line) when it is not valid input of its format.
+        ValueError: naming the file (and line) when it is not valid input of its format, or passes a bound.
     """
+    bounds = _Bounds(source.path, max_line_mb, max_expansion, source.size, files.is_compressed(source.path))
     if source.format == "bert":
-        records = _bert_records(source.path)
+        records = _bert_records(bounds)
     elif source.format == "text":
-        records = _text_records(source.path)
+        records = _text_records(bounds)
     elif source.format == "jsonl":
-        records = _jsonl_records(source.path, text_field)
+        records = _jsonl_records(bounds, text_field)
     else:
-        records = _parquet_records(source.path, text_field)
+        records = _parquet_records(bounds, text_field)
     try:
         yield from records
     except _READ_ERRORS as err:
