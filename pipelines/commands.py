@@ -2,7 +2,9 @@
 
 A bad input found inside a Beam worker reaches the driver as a ``RuntimeError`` whose text holds the worker's
 tracebacks, and the SDK workers log each of them again, so the useful line used to come last out of ~300.
-``main`` prints only that line and sends the workers' output to a log file; ``--verbose`` shows everything.
+``main`` prints only that line and sends the workers' output to a log file that only the user can read
+(``<temp dir>/albert-lightning-<uid>/<command>-<pid>.log``, secrets in the command line as ``***``);
+``--verbose`` shows everything.
 Imports neither Beam nor torch, so the training commands use it too. Usage::
 
     if __name__ == "__main__":
@@ -15,13 +17,14 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["VERBOSE_FLAG", "console", "error_line", "main"]
+__all__ = ["VERBOSE_FLAG", "console", "error_line", "main", "redacted"]
 
 VERBOSE_FLAG = "--verbose"
 _console: TextIO | None = None  # the terminal's stderr while ``main`` sends file descriptor 2 to the log
@@ -60,10 +63,7 @@ def main(run: Callable[[list[str]], Any], name: str, beam: bool = False) -> None
         # installed, 0.3 s of every stage's start-up (apache_beam/utils/interactive_utils.py): an ImportError says so.
         sys.modules.setdefault("IPython", None)
     failure = None
-    path = _log_path(name)
-    with open(path, "w", encoding="utf-8") as log:
-        log.write(f"$ {' '.join(sys.argv)}\n")
-        log.flush()
+    with _log_file(name, sys.argv) as (path, log):
         with _stderr_to(log) if beam and not verbose else contextlib.nullcontext():
             try:
                 run(argv)
@@ -114,7 +114,93 @@ def _show_own_warnings(path: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
 
-def _log_path(name: str) -> str:
-    folder = os.path.join(tempfile.gettempdir(), "albert-lightning")
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{name}-{os.getpid()}.log")
+def redacted(argv: list[str]) -> list[str]:
+    """Returns ``argv`` with the value of every flag that carries a secret shown as ``***``.
+
+    A flag carries one when its name holds key, secret, token, password or credential (``--s3_secret_access_key``);
+    both ``--flag=value`` and ``--flag value`` are redacted. In the second form a next word that starts with ``--``
+    is the next flag (argparse takes no such value), so a flag like ``--enable_hot_key_logging`` keeps its neighbour.
+    """
+    shown: list[str] = []
+    value_follows = False
+    for arg in argv:
+        if value_follows and not arg.startswith("--"):
+            shown.append("***")
+            value_follows = False
+            continue
+        name, equals, _ = arg.partition("=")
+        secret = arg.startswith("-") and _SECRET_FLAG.search(name) is not None
+        shown.append(f"{name}=***" if secret and equals else arg)
+        value_follows = secret and not equals
+    return shown
+
+
+_SECRET_FLAG = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+# A new file only, so a link planted at the predictable name never sends the log onto another file: O_EXCL refuses
+# every existing name, a link included (POSIX open), and O_NOFOLLOW states it outright.
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+
+
+def _secret_values(argv: list[str]) -> list[str]:
+    """Returns what ``redacted`` hides in ``argv``: each shown ``***`` stands for the end of its word."""
+    hidden = [arg[len(shown) - 3 :] for arg, shown in zip(argv, redacted(argv), strict=True) if arg != shown]
+    return [value for value in hidden if value]
+
+
+@contextlib.contextmanager
+def _log_file(name: str, argv: list[str]) -> Iterator[tuple[str, TextIO]]:
+    """Opens the log of command ``name``, headed by its command line ``argv`` with the secrets hidden, and yields
+    its path and file; on the way out, however the command ends, takes every secret out of what was logged.
+
+    The second pass is needed for Beam: each SDK worker process logs its pipeline options to file descriptor 2,
+    which is the log, S3 keys among them (``Pipeline_options: {...}``, apache_beam/runners/worker/sdk_worker_main.py).
+    """
+    path, log = _open_log(name)
+    try:
+        with log:
+            log.write(f"$ {' '.join(redacted(argv))}\n")
+            log.flush()
+            yield path, log
+    finally:
+        _scrub(path, _secret_values(argv))
+
+
+def _scrub(path: str, secrets: list[str]) -> None:
+    if not secrets:
+        return
+    with open(path, "r+b") as log:
+        text = log.read()
+        for secret in secrets:
+            text = text.replace(secret.encode(), b"***")
+        log.seek(0)
+        log.write(text)
+        log.truncate()
+
+
+def _open_log(name: str) -> tuple[str, TextIO]:
+    """Creates the log of command ``name``, readable by this user only (it holds the command line and traces)."""
+    folder = _log_folder()
+    path = os.path.join(folder, f"{name}-{os.getpid()}.log")
+    try:
+        fd = os.open(path, _NEW_FILE, 0o600)
+    except FileExistsError:  # left by an earlier process with this pid: a fresh name, made the same way
+        fd, path = tempfile.mkstemp(prefix=f"{name}-{os.getpid()}-", suffix=".log", dir=folder)
+    return path, open(fd, "w", encoding="utf-8")
+
+
+def _log_folder() -> str:
+    """Returns this user's folder of logs, ``<temp dir>/albert-lightning-<uid>``, made with mode 0700.
+
+    A shared folder failed every user but its creator with PermissionError, and let anyone read the others' logs
+    or plant links in it. The name is predictable, so whatever already holds it is used only if it is a real
+    folder of this user that no one else may enter; anything else (a link, another user's or a world-writable
+    folder) gets a fresh private folder instead. The temp dir's sticky bit keeps others from swapping ours.
+    """
+    uid = os.getuid()
+    folder = os.path.join(tempfile.gettempdir(), f"albert-lightning-{uid}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    found = os.lstat(folder)
+    if stat.S_ISDIR(found.st_mode) and found.st_uid == uid and not found.st_mode & 0o077:
+        return folder
+    return tempfile.mkdtemp(prefix=f"albert-lightning-{uid}-")

@@ -1,7 +1,8 @@
 """A command's knobs as a dataclass, read from flags and ``params.yaml`` the same way by every command (pure).
 
 Each field of the dataclass becomes ``--field``; its default comes from the command's section of
-``params.yaml`` (so DVC tracks it), then the dataclass. The Beam stages (``options.parse_stage_args``) and
+``params.yaml`` (so DVC tracks it), then the dataclass. ``--help`` gives each field's ``metadata["help"]`` and the
+value it will take, from the params file or built in. The Beam stages (``options.parse_stage_args``) and
 ``albert_lightning.evaluate`` read their configs through ``parse_config``.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import types
 import typing
@@ -22,6 +24,7 @@ from pipelines.commands import VERBOSE_FLAG  # stripped by commands.main; listed
 __all__ = ["ParsedConfig", "load_params", "parse_config"]
 
 C = TypeVar("C")
+DEFAULT_PARAMS = "params.yaml"
 # Top-level params that several commands read as a field of their own config: one value for all of them.
 TOP_LEVEL = ("seed", "held_out_fraction")
 
@@ -60,7 +63,7 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hints: dict[str, Any]) -> None:
+def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hints: dict[str, Any], taken: str) -> None:
     hint = hints[field.name]
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):  # Optional[X] → X
@@ -74,7 +77,40 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, hints:
     else:
         kwargs["type"] = hint
     doc = field.metadata.get("help", "")
-    parser.add_argument(f"--{field.name}", help=f"{doc} (params.yaml or built-in default)".lstrip(), **kwargs)
+    # argparse fills "%(...)s" into help text: a literal "%" in a path or a description must be doubled
+    parser.add_argument(f"--{field.name}", help=f"{doc} ({taken})".lstrip().replace("%", "%%"), **kwargs)
+
+
+def _shown(value: Any) -> str:
+    """A value as a flag would spell it (``0.8``, ``true``, ``[32, 128]``); ``unset`` for None, which no flag gives."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool) or value == "":
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(map(_shown, value))}]"
+    return str(value)
+
+
+def _taken(field: dataclasses.Field, values: dict[str, Any], params: str) -> str:
+    """What ``--help`` says a field will be without its flag: the params file's value, else the built-in one."""
+    if field.name in values:
+        return f"{_shown(values[field.name])}, from {params}"
+    if field.default_factory is not dataclasses.MISSING:
+        return f"{_shown(field.default_factory())}, built-in default"
+    if field.default is not dataclasses.MISSING:
+        return f"{_shown(field.default)}, built-in default"
+    return "required"
+
+
+def _params_path(argv: list[str] | None) -> str:
+    """The ``--params`` of ``argv``, read before the full parser exists: ``--help`` shows the file's values."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    early.add_argument("--params", default=DEFAULT_PARAMS)
+    try:
+        return early.parse_known_args(argv)[0].params
+    except argparse.ArgumentError:  # "--params" without a value: the full parser says so
+        return DEFAULT_PARAMS
 
 
 def parse_config(
@@ -101,8 +137,12 @@ def parse_config(
 
     Precedence: flag > ``params.yaml`` > the dataclass default. A key of the section that is no field is refused.
     """
+    params = _params_path(argv)
+    values = load_params(params, section)
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
-    parser.add_argument("--params", default="params.yaml", help="params file holding the command's section")
+    found = params if Path(params).exists() else f"{params}: none there, so built-in defaults"
+    help_text = f"params file with the command's section ({found})".replace("%", "%%")
+    parser.add_argument("--params", default=DEFAULT_PARAMS, help=help_text)
     parser.add_argument(VERBOSE_FLAG, action="store_true", help="on an error, the full trace instead of one line")
     for name, help_text in paths.items():
         parser.add_argument(f"--{name}", required=True, help=help_text)
@@ -110,9 +150,8 @@ def parse_config(
         parser.add_argument(f"--{name}", help=f"{help_text} (optional)")
     hints = typing.get_type_hints(config_cls)
     for field in dataclasses.fields(config_cls):
-        _add_field(parser, field, hints)
+        _add_field(parser, field, hints, _taken(field, values, params))
     known, rest = parser.parse_known_args(argv) if allow_rest else (parser.parse_args(argv), [])
-    values = load_params(known.params, section)
     names = {f.name for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(values) - names - set(TOP_LEVEL))
     if unknown:
