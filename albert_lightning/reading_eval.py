@@ -158,7 +158,7 @@ def _training_rows(task: ReadingTask, inputs: list[Any]) -> list[tuple[list[list
     most SQuAD contexts whole; at this project's 64 they cut a context into several, and on the embedded ``returns``
     task ~4 in 5 windows held no answer. Their [CLS] target then drowned the answer windows' loss: with 128
     questions, F1 on dev 0.05 (pretrained) and 0.27 (random init) at lr 2e-3, against 0.42 and 0.50 trained on
-    the answer windows alone (the README's evaluation section has the measurements). A SQuAD 1.1 prediction never
+    the answer windows alone (docs/evaluation.md has the measurements). A SQuAD 1.1 prediction never
     abstains, so [CLS] has nothing to learn there; SQuAD 2.0 keeps every window, as [CLS] is its no-answer score.
     """
     rows = _rows(task, inputs)

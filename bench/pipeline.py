@@ -40,8 +40,8 @@ stored with what it divides (``bench/measure.py``):
    leaves only what the stage adds to encoding;
 2. ``written_per_cpu_s_{x}``: tokens written (manifest counter ``tokens``) at dupe_factor D per CPU-second of
    the tree at one worker; and ``written_vs_encoded_{x}``: tokens written per wall-second per worker ÷ raw
-   encode's tokens encoded per wall-second. The README's old "0.84 of raw encode" was this: D copies written
-   over one encoded, so it can exceed 1 and is not a per-token cost;
+   encode's tokens encoded per wall-second. The old "0.84 of raw encode" (docs/results.md, History) was this:
+   D copies written over one encoded, so it can exceed 1 and is not a per-token cost;
 3. ``speedup_{x}``: wall at 1 worker ÷ wall at 2 (target ≥ 1.7 on the 10x copy, where there is work to share),
    and the bound the tree's CPU time puts on it (CPU-s at 1 worker ÷ half the CPU-s at 2);
 4. ``vs_reference_10x`` (target ≥ 30): the stage's tokens written per CPU-second at dupe_factor D on the 10x copy

@@ -1,7 +1,7 @@
 """Every Beam stage on Beam's Dask runner, against a real ``distributed`` cluster, writes the local runner's bytes.
 
-A scheduler and two single-threaded worker processes start on a free 127.0.0.1 port, as the README's "On a
-cluster" starts them. The six stages run on a slice of the embedded default (two files from the corpus stage on)
+A scheduler and two single-threaded worker processes start on a free 127.0.0.1 port, as docs/cluster.md's "Dask"
+section starts them. The six stages run on a slice of the embedded default (two files from the corpus stage on)
 on the local runner, each from the one before; then each runs on the cluster from the same inputs, and every file
 it writes must equal the local run's, byte for byte. Beam 2.77's Dask runner has no metrics, drops what
 ``finish_bundle`` emits (``Top``) and gets side inputs wrong, so these fail for a stage that counts through runner
@@ -89,7 +89,7 @@ def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Pop
 
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A scheduler and two worker processes of one thread each, started as the README says; yields its address."""
+    """A scheduler and two worker processes of one thread each, started as docs/cluster.md says; yields its address."""
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     logs = tmp_path_factory.mktemp("dask")
