@@ -20,8 +20,9 @@ Bad input: a missing path or a pattern that matches nothing fails before the pip
 unknown extension under ``auto``, or two files that would share ids. Invalid UTF-8, a NUL byte (a binary file),
 invalid JSON, a JSON line without the text field, an unreadable archive or Parquet file fail the run with the
 file (and line) in the message: silently dropping them would change the corpus without anyone noticing. So do
-a line longer than ``max_line_mb`` and a compressed file decoding to over ``max_expansion`` times its size,
-before they exhaust memory: files are read a line (Parquet a record batch) at a time.
+a line longer than ``max_line_mb``, a text file or bert document longer than ``max_document_mb`` and a
+compressed file decoding to over ``max_expansion`` times its size, before they exhaust memory: files are read
+a line (Parquet a record batch) at a time.
 An empty file and an empty document are skipped and counted (``empty_files``, ``empty_documents``); inputs
 with no text at all fail the run, naming them.
 Outputs of an earlier run are removed first and again on failure, so no stale file is left under a final name.
@@ -48,7 +49,15 @@ from pipelines.documents import (
 )
 from pipelines.hashes import stable_hash64
 from pipelines.options import MB, parse_stage_args
-from pipelines.sources import FORMATS, MAX_EXPANSION, MAX_LINE_MB, Source, plan_sources, read_records
+from pipelines.sources import (
+    FORMATS,
+    MAX_DOCUMENT_MB,
+    MAX_EXPANSION,
+    MAX_LINE_MB,
+    Source,
+    plan_sources,
+    read_records,
+)
 from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
 
 __all__ = [
@@ -69,12 +78,15 @@ class CorpusConfig:
     format: str = dataclasses.field(default="auto", metadata={"help": f"one of {', '.join(FORMATS)}"})
     text_field: str = dataclasses.field(default="text", metadata={"help": "JSON Lines key / Parquet column"})
     # Bounds on hostile input (a line of gigabytes, a compression bomb): the run fails naming the file instead of
-    # exhausting memory. The defaults and their reasons are sources.MAX_LINE_MB and sources.MAX_EXPANSION.
+    # exhausting memory. The defaults and their reasons are sources.MAX_LINE_MB, MAX_EXPANSION and MAX_DOCUMENT_MB.
     max_line_mb: float = dataclasses.field(
         default=MAX_LINE_MB, metadata={"help": "a longer line (text, jsonl, bert) fails the run, naming it"}
     )
     max_expansion: float = dataclasses.field(
         default=MAX_EXPANSION, metadata={"help": "a compressed input decoding to more than this x its size fails"}
+    )
+    max_document_mb: float = dataclasses.field(
+        default=MAX_DOCUMENT_MB, metadata={"help": "a longer text file or bert document fails the run, naming it"}
     )
     # The built-in defaults keep the first corpus (stdlib, 4000) for runs without params.yaml, such as the tests'
     # shared fixture; params.yaml chooses both sources and a cap that does not bind.
@@ -97,10 +109,9 @@ class CorpusConfig:
         pydocs.embedded_libraries(self.embedded_sources)  # raises ValueError listing the choices
         if self.embedded_max_documents < 1:
             raise ValueError(f"embedded_max_documents must be positive, got {self.embedded_max_documents}")
-        if not (self.max_line_mb > 0 and self.max_expansion > 0):
-            raise ValueError(
-                f"max_line_mb and max_expansion must be positive, got {self.max_line_mb}, {self.max_expansion}"
-            )
+        for name in ("max_line_mb", "max_expansion", "max_document_mb"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
 class _ReadFile(beam.DoFn):
@@ -108,9 +119,9 @@ class _ReadFile(beam.DoFn):
 
     COUNTERS = Counters("corpus.read", "input_files", "empty_files", "empty_documents")
 
-    def __init__(self, text_field: str, max_line_mb: float, max_expansion: float):
+    def __init__(self, text_field: str, bounds: dict[str, float]):
         self._text_field = text_field
-        self._bounds = {"max_line_mb": max_line_mb, "max_expansion": max_expansion}
+        self._bounds = bounds  # read_records' max_line_mb, max_expansion and max_document_mb
 
     def process(self, source: Source) -> Iterator[dict]:
         self.COUNTERS.inc("input_files")
@@ -194,7 +205,8 @@ class ReadDocuments(beam.PTransform):
         if config.inputs:
             planned = plan_sources(config.inputs, config.format)
             self.files = len(planned)
-            read = _ReadFile(config.text_field, config.max_line_mb, config.max_expansion)
+            bounds = {name: getattr(config, name) for name in ("max_line_mb", "max_expansion", "max_document_mb")}
+            read = _ReadFile(config.text_field, bounds)
             return (
                 pbegin
                 | "ListFiles" >> beam.Create(planned)

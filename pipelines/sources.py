@@ -12,10 +12,10 @@ Formats (``auto`` decides per file by extension, after a compression suffix: ``.
 - ``parquet`` (``.parquet``): one document per row of the ``text_field`` column.
 
 Lines end at LF, CR LF or a lone CR (old Mac files), as in Python's universal newlines.
-Hostile input fails with one line naming the file instead of exhausting memory (issue 31): files are read a
-line at a time (Parquet a record batch at a time), a line longer than ``max_line_mb`` fails naming it, and so
-does a compressed file that decodes to more than ``max_expansion`` times its size (a compression bomb). A
-``text`` file, or a ``bert`` document with no blank line, is still one document, held whole.
+Hostile input fails with one line naming the file instead of exhausting memory: files are read a line at a
+time (Parquet a record batch at a time), a line longer than ``max_line_mb`` fails naming it, so does a ``text``
+file or ``bert`` document longer than ``max_document_mb`` (either is held whole, being one document), and so
+does a compressed file that decodes to more than ``max_expansion`` times its size (a compression bomb).
 A file's ``name`` is its path relative to the non-glob folder of its pattern (its basename for a plain
 path; ``books/a.txt`` for ``data/**/*.txt``), so ids built from it do not change when the data folder moves.
 Readers yield every record, empty ones included, so ordinals stay tied to positions in the file; they raise
@@ -47,7 +47,7 @@ from pipelines import files
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "MAX_EXPANSION", "MAX_LINE_MB", "Source", "plan_sources", "read_records"]
+__all__ = ["FORMATS", "MAX_DOCUMENT_MB", "MAX_EXPANSION", "MAX_LINE_MB", "Source", "plan_sources", "read_records"]
 
 FORMATS = ("auto", "bert", "text", "jsonl", "parquet")
 _FORMAT_BY_EXTENSION = {".txt": "text", ".text": "text", ".md": "text", ".rst": "text", ".jsonl": "jsonl"}
@@ -58,6 +58,9 @@ _READ_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError, zstandard.ZstdErr
 # A line is held whole while it is read, so this bounds a reader's memory: a thousand times the embedded
 # default's longest document (60 KB, a JSON Lines record when written as one), a small share of a worker's memory.
 MAX_LINE_MB = 64.0
+# A document is held whole (and later split into sentences in one worker): four times the line bound leaves room
+# for a book as one text file, while a file of gigabytes fails instead of taking a worker's memory.
+MAX_DOCUMENT_MB = 256.0
 # Text compresses 3-5.5x (the embedded default as JSON Lines: gzip 3.1, bz2 4.0, xz 5.5), and ten copies of it
 # in one .xz, whose window spans copies, 40x. Deflate cannot pass 1032x: a gzip bomb fails within its first tenth.
 MAX_EXPANSION = 100.0
@@ -134,10 +137,12 @@ def _format_of(path: str, format: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Bounds:
-    """How far reading one file may go: the longest line, and the decoded bytes of a compressed file."""
+    """How far reading one file may go: the longest line and document, and the decoded bytes of a compressed
+    file."""
 
     path: str
     max_line_mb: float
+    max_document_mb: float
     max_expansion: float
     size: int  # the file's own bytes, compressed
     compressed: bool
@@ -190,25 +195,44 @@ def _decoded(path: str, number: int, raw: bytes) -> str:
     return line.removeprefix("\ufeff") if number == 1 else line
 
 
+class _Document:
+    """The lines of one document as they are read; fails once they pass ``max_document_mb`` (counted in
+    characters: a byte each for ASCII, fewer than its bytes for other text)."""
+
+    def __init__(self, bounds: _Bounds) -> None:
+        self._bounds, self._limit = bounds, bounds.max_document_mb * _MB
+        self.lines: list[str] = []
+        self.first, self._size = 0, 0
+
+    def add(self, number: int, line: str) -> None:
+        self.first = self.first if self.lines else number
+        self._size += len(line) + 1
+        if self._size > self._limit:
+            raise ValueError(
+                f"{self._bounds.path}: the document from line {self.first} is longer than "
+                f"{self._bounds.max_document_mb:g} MB (max_document_mb); split it, or raise max_document_mb"
+            )
+        self.lines.append(line)
+
+
 def _bert_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
-    lines: list[str] = []
-    first = 0
+    document = _Document(bounds)
     for number, line in _lines(bounds):
         if line.strip():
-            first = first if lines else number
-            lines.append(line.strip())
-        elif lines:
-            yield "\n".join(lines), {"line": first}
-            lines = []
-    if lines:
-        yield "\n".join(lines), {"line": first}
+            document.add(number, line.strip())
+        elif document.lines:
+            yield "\n".join(document.lines), {"line": document.first}
+            document = _Document(bounds)
+    if document.lines:
+        yield "\n".join(document.lines), {"line": document.first}
 
 
 def _text_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
-    lines: list[str] = []
+    document = _Document(bounds)
+    lines = document.lines
     filled = all_json = 0
-    for _, line in _lines(bounds):
-        lines.append(line)
+    for number, line in _lines(bounds):
+        document.add(number, line)
         stripped = line.strip()
         filled += bool(stripped)
         all_json += stripped.startswith("{") and stripped.endswith("}")
@@ -281,7 +305,11 @@ def _decoded_copy(bounds: _Bounds, copy: BinaryIO) -> BinaryIO:
 
 
 def read_records(
-    source: Source, text_field: str, max_line_mb: float = MAX_LINE_MB, max_expansion: float = MAX_EXPANSION
+    source: Source,
+    text_field: str,
+    max_line_mb: float = MAX_LINE_MB,
+    max_expansion: float = MAX_EXPANSION,
+    max_document_mb: float = MAX_DOCUMENT_MB,
 ) -> Iterator[tuple[str, dict]]:
     """Yields (text, where in the file) for every record of ``source``, empty ones included.
 
@@ -290,11 +318,13 @@ def read_records(
         text_field: the JSON Lines key or Parquet column of the text.
         max_line_mb: the longest line (text, JSON Lines, bert) read; a longer one fails.
         max_expansion: a compressed file may decode to at most this many times its size.
+        max_document_mb: the longest ``text`` file or ``bert`` document read; a longer one fails.
 
     Raises:
         ValueError: naming the file (and line) when it is not valid input of its format, or passes a bound.
     """
-    bounds = _Bounds(source.path, max_line_mb, max_expansion, source.size, files.is_compressed(source.path))
+    compressed = files.is_compressed(source.path)
+    bounds = _Bounds(source.path, max_line_mb, max_document_mb, max_expansion, source.size, compressed)
     if source.format == "bert":
         records = _bert_records(bounds)
     elif source.format == "text":

@@ -68,6 +68,23 @@ def test_a_line_exactly_at_the_bound_is_read_and_one_byte_more_is_not(tmp_path: 
         _read(tmp_path / "wiki.txt", "bert", max_line_mb=bound / MB)
 
 
+def test_a_document_over_max_document_mb_fails_naming_file_and_its_first_line(tmp_path: Path):
+    lines = [b"line %d of forty characters, more or less" % i for i in range(60)]  # ~2.5 KB, no line over 50 B
+    (tmp_path / "book.txt").write_bytes(b"\n".join(lines))
+    with pytest.raises(Exception) as raised:  # a text file is one document, however short its lines
+        _run(tmp_path / "out", "--inputs", str(tmp_path / "book.txt"), "--max_document_mb", "0.001")
+    expected = f"{tmp_path / 'book.txt'}: the document from line 1 is longer than 0.001 MB (max_document_mb)"
+    assert error_line(raised.value).startswith(expected)
+    (tmp_path / "wiki.txt").write_bytes(b"first\nshort document\n\n" + b"\n".join(lines))  # bert: the second one
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'wiki.txt'}: the document from line 4 is longer")):
+        _read(tmp_path / "wiki.txt", "bert", max_document_mb=0.001)
+    both = _read(tmp_path / "wiki.txt", "bert", max_document_mb=2600 / MB)  # the same files pass a bound above them
+    assert [where for _, where in both] == [{"line": 1}, {"line": 4}]
+    assert _read(tmp_path / "book.txt", "text", max_document_mb=2600 / MB)[0][0] == "\n".join(
+        line.decode() for line in lines
+    )
+
+
 BOMB_LINES = 20_000
 BOMB_LINE = b'{"text": "' + b"0" * 86 + b'"}\n'  # 100 bytes, valid in every line format: 2 MB in all
 
