@@ -59,6 +59,14 @@ def _sorted(table: pa.Table, *names: str) -> pa.Table:
     return table.take(pc.sort_indices(table, sort_keys=[(name, "ascending") for name in names]))
 
 
+def _all_but_first(table: pa.Table, *keys: str) -> tuple[pa.Table, pa.Table]:
+    """For ``table`` sorted by ``keys`` then priority: the rows after the first of their run of equal keys, and
+    for each of them that first row (the copy a rule keeps)."""
+    first = nd.first_of_runs(*(_column(table, key) for key in keys))
+    gone = np.flatnonzero(first != np.arange(len(first)))
+    return table.take(pa.array(gone)), table.take(pa.array(first[gone]))
+
+
 def _halves(keys: bytes) -> tuple[np.ndarray, np.ndarray]:
     pairs = np.frombuffer(keys, dtype="<u8").reshape(-1, 2)
     return pairs[:, 0].copy(), pairs[:, 1].copy()
@@ -124,9 +132,7 @@ def _near_removals(bands: pa.Table, threshold: float) -> pa.Table:
 def decide_slice(part: int, spill: Spill, threshold: float, num_files: int) -> Iterator[int]:
     """Slice ``part`` of content keys and band buckets → exact and near removals, by the removed one's file."""
     contents = _sorted(spill.read("contents", part, CONTENTS), "hi", "lo", "side", "id")
-    first = nd.first_of_runs(_column(contents, "hi"), _column(contents, "lo"))
-    gone = np.flatnonzero(first != np.arange(len(first)))
-    exact = _removals(contents.take(pa.array(gone)), contents.take(pa.array(first[gone])), 0)
+    exact = _removals(*_all_but_first(contents, "hi", "lo"), 0)
     near = _near_removals(_sorted(spill.read("bands", part, BANDS), "band", "side", "id"), threshold)
     removals = pa.concat_tables([exact, near]).combine_chunks()
     spill.write("removals", part, removals, _column(removals, "file"), num_files)
@@ -151,9 +157,7 @@ def gather_removals(index: int, spill: Spill, slices: int) -> Iterator[int]:
 def drop_repeats(part: int, spill: Spill, num_files: int) -> Iterator[int]:
     """Slice ``part`` of surviving sentences → each occurrence after the first in (side, id, position) order."""
     occurrences = _sorted(spill.read("occurrences", part, SENTENCES), "hi", "lo", "side", "id", "position")
-    first = nd.first_of_runs(_column(occurrences, "hi"), _column(occurrences, "lo"))
-    gone = occurrences.take(pa.array(np.flatnonzero(first != np.arange(len(first)))))
-    kept = occurrences.take(pa.array(first[first != np.arange(len(first))]))
+    gone, kept = _all_but_first(occurrences, "hi", "lo")
     drops = pa.table([gone.column("id"), gone.column("position"), kept.column("id"), gone.column("file")], DROPS)
     spill.write("drops", part, drops, _column(drops, "file"), num_files)
     progress.advance()

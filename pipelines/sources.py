@@ -229,7 +229,6 @@ def _bert_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
 
 def _text_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
     document = _Document(bounds)
-    lines = document.lines
     filled = all_json = 0
     for number, line in _lines(bounds):
         document.add(number, line)
@@ -237,7 +236,7 @@ def _text_records(bounds: _Bounds) -> Iterator[tuple[str, dict]]:
         filled += bool(stripped)
         all_json += stripped.startswith("{") and stripped.endswith("}")
     _warn_if_json_lines(bounds.path, filled, all_json)
-    text = "\n".join(lines)
+    text = "\n".join(document.lines)
     if text:
         yield text, {}
 

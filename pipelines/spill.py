@@ -42,7 +42,7 @@ class Spill:
         """Writes ``source``'s rows as ``parts`` batches, batch p holding the rows whose ``part`` is p (in table
         order): one file per source, whatever the number of parts."""
         order = np.argsort(part, kind="stable")
-        counts = np.bincount(part, minlength=parts) if len(part) else np.zeros(parts, dtype=np.int64)
+        counts = np.bincount(part, minlength=parts)
         if len(counts) > parts:
             raise ValueError(f"{kind}: part {len(counts) - 1} of {parts} parts")
         ordered = table.take(pa.array(order)).combine_chunks().to_batches()
