@@ -16,7 +16,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["ALLOWED_GLOBALS", "load_checkpoint", "refusal", "safe_loading"]
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining, with_tied_weights
+from pipelines.textnorm import Normalizer
+
+__all__ = [
+    "ALLOWED_GLOBALS",
+    "load_checkpoint",
+    "load_pretraining_checkpoint",
+    "read_pretraining_checkpoint",
+    "refusal",
+    "safe_loading",
+]
 
 # The non-tensor types a checkpoint of this project may hold beyond those torch's weights-only unpickler allows
 # by default. None so far: torch.serialization.get_unsafe_globals_in_checkpoint finds nothing in the pretraining
@@ -72,3 +82,43 @@ def load_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
 def _unreadable(path: str | Path, err: Exception) -> ValueError:
     reason = (str(err).strip().splitlines() or [type(err).__name__])[0]  # the error stays one line
     return ValueError(f"{path}: not a readable checkpoint ({reason}); was it written completely?")
+
+
+PREFIX = "model."  # the LightningModule holds the network as `self.model`
+
+
+def load_pretraining_checkpoint(path: str | Path) -> AlbertForPreTraining:
+    """Returns the model saved in a Lightning pretraining checkpoint (see ``read_pretraining_checkpoint``)."""
+    return read_pretraining_checkpoint(path)[0]
+
+
+def read_pretraining_checkpoint(path: str | Path) -> tuple[AlbertForPreTraining, Normalizer]:
+    """Returns the model saved in a Lightning pretraining checkpoint and how its training text was normalised.
+
+    The checkpoint must be one consolidated file whose ``hyper_parameters["config"]`` holds the AlbertConfig
+    fields and whose ``state_dict`` keys start with ``model.``. It is read by ``load_checkpoint``,
+    which refuses a file naming types beyond tensors and plain data without running it.
+    ``hyper_parameters["normalizer"]`` gives the normalisation; checkpoints written before it was recorded
+    get the defaults, which every run then used.
+
+    Raises:
+        ValueError: if the checkpoint is unreadable, holds other types, lacks the config or holds no ``model.``
+            weights.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(
+            f"{path} is a sharded checkpoint folder; consolidate it into one file first "
+            "(python -m lightning.pytorch.utilities.consolidate_checkpoint)"
+        )
+    checkpoint = load_checkpoint(path)
+    hyper_parameters = checkpoint.get("hyper_parameters", {})
+    config = hyper_parameters.get("config")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: hyper_parameters['config'] (the AlbertConfig fields) is missing")
+    state = {k.removeprefix(PREFIX): v for k, v in checkpoint["state_dict"].items() if k.startswith(PREFIX)}
+    if not state:
+        raise ValueError(f"{path}: state_dict has no keys starting with {PREFIX!r}")
+    model = AlbertForPreTraining(AlbertConfig(**config))
+    model.load_state_dict(with_tied_weights(state, str(path)))
+    return model, Normalizer(**(hyper_parameters.get("normalizer") or {}))

@@ -30,6 +30,7 @@ __all__ = [
     "AlbertModelOutput",
     "PreTrainingOutput",
     "num_parameters",
+    "with_tied_weights",
 ]
 
 # Cross-layer sharing strategies of the paper's Table 4, mapped to the parts of an AlbertLayer that all layers
@@ -385,6 +386,22 @@ class AlbertForPreTraining(nn.Module):
             index = masked_positions.long()[:, :, None].expand(-1, -1, x.size(-1))  # shards store int16/int32
             x = x.gather(1, index)  # [B, P, H]
         return PreTrainingOutput(self.predictions(x), self.sop_classifier(pooled))
+
+
+def with_tied_weights(state: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    """Returns ``state`` holding both names of every tied pair, from whichever one a file stored.
+
+    Exports keep one copy of a tied tensor, Lightning checkpoints both; two copies that differ cannot load into
+    one tied parameter and are refused, naming ``where`` (the file).
+    """
+    state = dict(state)
+    for tied, source in TIED_WEIGHTS.items():
+        if tied in state and source in state and not torch.equal(state[tied], state[source]):
+            raise ValueError(f"{where}: {tied} differs from {source}, but the model ties them")
+        value = state.get(source, state.get(tied))
+        if value is not None:
+            state[source] = state[tied] = value
+    return state
 
 
 def num_parameters(model: nn.Module) -> int:

@@ -94,7 +94,7 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     Lightning's ``FSDPStrategy`` (FSDP1) refuses CPUs; FSDP2 through this strategy runs unchanged on CPUs with
     gloo and on GPUs with NCCL, so the tested path is the production path. Checkpoints hold full (unsharded)
-    state dicts by default, so ``albert_lightning.export`` reads them directly.
+    state dicts by default, so ``albert_lightning.interop.export`` reads them directly.
 
     Args:
         save_distributed_checkpoint: write one file per rank instead of a full state dict on rank 0.

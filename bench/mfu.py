@@ -124,7 +124,7 @@ def synthetic_rows(batch_size: int, seq_len: int, vocab_size: int, masked: int, 
 
 def batches(args: argparse.Namespace, vocab_size: int):
     """Yields collated CPU batches forever: from shards of ``--seq_len`` if given, else synthetic."""
-    from albert_lightning.shard_loader import EpochBatchSampler, ShardDataset, collate
+    from albert_lightning.pretraining.data import EpochBatchSampler, ShardDataset, collate
 
     if args.shards:
         dataset = ShardDataset(args.shards, "train", "dynamic", seed=1)
@@ -146,7 +146,7 @@ def build(args: argparse.Namespace, preset: str, vocab_size: int, device: torch.
     from torch.distributed.device_mesh import init_device_mesh
 
     from albert_lightning.optim import build_optimizer
-    from albert_lightning.pretraining import AlbertPretraining
+    from albert_lightning.pretraining.module import AlbertPretraining
     from albert_lightning.sharding import shard_albert
 
     if not dist.is_initialized():  # one rank; an in-process store needs no port

@@ -127,14 +127,14 @@ def _fit(name: str, c: Candidate, shards: Path, steps: int, every: int, folder: 
     clock = folder / "clock.jsonl"
     clock.unlink(missing_ok=True)
     callbacks = [
-        {"class_path": "albert_lightning.run_curves.PretrainingReport"},
+        {"class_path": "albert_lightning.pretraining.curves.PretrainingReport"},
         {"class_path": "sweep.SweepClock", "init_args": {"output": str(clock), "mark_step": mark}},
     ]
     overrides = {"trainer": {"callbacks": callbacks, "enable_checkpointing": False}}
     (folder / "sweep.yaml").write_text(json.dumps(overrides))
     validation_batches = max(1, VALIDATION_SEQUENCES // c.batch_size) if every < steps else 0
     command = [
-        sys.executable, "-m", "albert_lightning.fit", "--config", "configs/pretrain.yaml",
+        sys.executable, "-m", "albert_lightning.pretraining.cli", "--config", "configs/pretrain.yaml",
         "--config", str(folder / "sweep.yaml"), "--trainer.default_root_dir", str(folder),
         "--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(every),
         "--trainer.limit_val_batches", str(validation_batches), "--trainer.enable_progress_bar", "false",
@@ -152,7 +152,7 @@ def most_frequent_accuracy(shards: Path) -> float:
     """MLM accuracy of always answering the training split's most frequent masked token, on the validation split."""
     import numpy as np
 
-    from albert_lightning.shard_loader import ShardDataset
+    from albert_lightning.pretraining.data import ShardDataset
 
     def targets(split: str) -> np.ndarray:
         dataset = ShardDataset(shards, split)

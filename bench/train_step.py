@@ -82,7 +82,7 @@ def shard_batch(shards: Path, batch_size: int, seed: int = 0):
     """``batch_size`` training rows of the shards drawn by a seeded permutation, collated."""
     import numpy as np
 
-    from albert_lightning.shard_loader import ShardDataset, collate
+    from albert_lightning.pretraining.data import ShardDataset, collate
 
     dataset = ShardDataset(shards, "train")
     rows = np.random.default_rng(seed).permutation(len(dataset))[:batch_size]
@@ -146,7 +146,7 @@ def build_step(kind: str, preset: str, vocab_size: int, batch):
     import torch
 
     from albert_lightning.model import AlbertConfig
-    from albert_lightning.pretraining import AlbertPretraining
+    from albert_lightning.pretraining.module import AlbertPretraining
 
     length = batch["input_ids"].shape[1]
     longer = length > AlbertConfig.preset(preset).max_position_embeddings  # e.g. tiny (128) at 512
@@ -252,7 +252,7 @@ def train_worker(args: argparse.Namespace) -> dict:
 def loader_worker(args: argparse.Namespace) -> dict:
     import torch
 
-    from albert_lightning.shard_loader import EpochBatchSampler, ShardDataset, collate
+    from albert_lightning.pretraining.data import EpochBatchSampler, ShardDataset, collate
 
     torch.set_num_threads(1)
     result = {}

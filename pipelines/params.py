@@ -3,7 +3,7 @@
 Each field of the dataclass becomes ``--field``; its default comes from the command's section of
 ``params.yaml`` (so DVC tracks it), then the dataclass. ``--help`` gives each field's ``metadata["help"]`` and the
 value it will take, from the params file or built in. The Beam stages (``options.parse_stage_args``) and
-``albert_lightning.evaluate`` read their configs through ``parse_config``.
+``albert_lightning.evaluation.cli`` read their configs through ``parse_config``.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def random_export(pipeline_run: PipelineRun, tmp_path_factory: pytest.TempPathFa
     """A random tiny ALBERT as a Hugging Face folder: evaluation starts from such folders as from checkpoints."""
     import sentencepiece as spm
 
-    from albert_lightning.hf import export_hf
+    from albert_lightning.interop.hf import export_hf
     from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 
     vocab = spm.SentencePieceProcessor(model_file=str(pipeline_run.spiece)).get_piece_size()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from albert_lightning import ablation_report
+from albert_lightning.ablations import report as ablation_report
 from albert_lightning.model import AlbertConfig
 from tests.test_model import formula
 

@@ -54,25 +54,40 @@ def test_every_pipelines_module_a_stage_imports_is_one_of_its_deps(stage: str, m
 PACKAGES = ("pipelines", "albert_lightning")
 
 
-def _imported_files(package: str, module: str, seen: set[str] | None = None) -> set[str]:
-    """Returns ``package/module.py`` and every module of ``PACKAGES`` it imports, transitively, as file paths."""
+def _module_file(dotted: str) -> str | None:
+    """The file of a dotted module name (``a/b.py`` or ``a/b/__init__.py``), or None outside ``PACKAGES``."""
+    if dotted.split(".")[0] not in PACKAGES:
+        return None
+    base = dotted.replace(".", "/")
+    for path in (f"{base}.py", f"{base}/__init__.py"):
+        if (REPO / path).exists():
+            return path
+    return None
+
+
+def _imported_files(dotted: str, seen: set[str] | None = None) -> set[str]:
+    """Returns the file of ``dotted``, of every package above it, and of every module of ``PACKAGES`` they
+    import, transitively, as paths (importing ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` too)."""
     seen = set() if seen is None else seen
-    path = f"{package}/{module}.py"
-    if path in seen or not (REPO / path).exists():
-        return seen
-    seen.add(path)
-    for node in ast.walk(ast.parse((REPO / path).read_text())):
-        if not isinstance(node, ast.ImportFrom) or not node.module:
+    parts = dotted.split(".")
+    for depth in range(1, len(parts) + 1):
+        path = _module_file(".".join(parts[:depth]))
+        if path is None or path in seen:
             continue
-        if node.module in PACKAGES:  # from albert_lightning import ablation_report
-            for alias in node.names:
-                _imported_files(node.module, alias.name, seen)
-        elif node.module.split(".")[0] in PACKAGES:  # from albert_lightning.task_files import TaskSpec
-            _imported_files(*node.module.split(".")[:2], seen)
+        seen.add(path)
+        for node in ast.walk(ast.parse((REPO / path).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                _imported_files(node.module, seen)
+                for alias in node.names:  # from albert_lightning.evaluation import cli: a module, not a name
+                    if _module_file(f"{node.module}.{alias.name}"):
+                        _imported_files(f"{node.module}.{alias.name}", seen)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    _imported_files(alias.name, seen)
     return seen
 
 
 @pytest.mark.parametrize(("stage", "module", "deps"), _stages("albert_lightning"), ids=_stage_id)
 def test_every_module_a_lightning_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
-    needed = _imported_files("albert_lightning", module)
+    needed = _imported_files(f"albert_lightning.{module}")
     assert needed <= set(deps), f"{stage}: add {sorted(needed - set(deps))} to its deps"

@@ -18,12 +18,12 @@ import sentencepiece as spm
 import torch
 import yaml
 
-from albert_lightning import evaluate
-from albert_lightning.eval_report import read_predictions, write_report
-from albert_lightning.finetuning import Encoder
-from albert_lightning.metrics import compute_metrics
-from albert_lightning.shard_loader import ShardDataset
-from albert_lightning.task_files import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
+from albert_lightning.evaluation import cli as evaluate
+from albert_lightning.evaluation.finetuning import Encoder
+from albert_lightning.evaluation.metrics import compute_metrics
+from albert_lightning.evaluation.report import read_predictions, write_report
+from albert_lightning.evaluation.task_files import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
+from albert_lightning.pretraining.data import ShardDataset
 from pipelines.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_task_files import FILES, TEST_FILES, write_glue

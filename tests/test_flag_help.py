@@ -41,7 +41,7 @@ def test_a_stages_help_gives_each_flags_use_and_value(tmp_path: Path, capsys: py
 
 
 def test_evaluates_help_gives_each_flags_use_and_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from albert_lightning.evaluate import _parse
+    from albert_lightning.evaluation.cli import _parse
 
     params = tmp_path / "params.yaml"
     params.write_text("seed: 7\nevaluate:\n  seeds: 2\n  lrs: [0.001, 0.002]\n")
@@ -63,7 +63,7 @@ def test_evaluates_help_gives_each_flags_use_and_value(tmp_path: Path, capsys: p
 def test_without_a_params_file_help_says_every_value_is_built_in(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from albert_lightning.evaluate import _parse
+    from albert_lightning.evaluation.cli import _parse
 
     missing = tmp_path / "params.yaml"
     text = _help(_parse, ["--params", str(missing)], capsys)

@@ -7,9 +7,9 @@ import pytest
 import torch
 import transformers
 
-from albert_lightning.finetuning import AlbertFineTuning
+from albert_lightning.evaluation.finetuning import AlbertFineTuning
 from albert_lightning.heads import HEADS
-from albert_lightning.hf import export_hf
+from albert_lightning.interop.hf import export_hf
 from tests.test_hf import padded_batch, tiny
 
 

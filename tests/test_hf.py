@@ -1,4 +1,4 @@
-"""Tests for albert_lightning.hf and .export: parity with transformers both ways, checkpoints, the tokenizer."""
+"""Tests for albert_lightning.interop.hf and .export: parity with transformers both ways, checkpoints, the tokenizer."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from albert_lightning.export import load_pretraining_checkpoint, main
-from albert_lightning.finetuning import Encoder
-from albert_lightning.hf import export_hf, import_hf
+from albert_lightning.checkpoints import load_pretraining_checkpoint
+from albert_lightning.evaluation.finetuning import Encoder
+from albert_lightning.interop.export import main
+from albert_lightning.interop.hf import export_hf, import_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from pipelines.textnorm import Normalizer
 
@@ -113,7 +114,8 @@ def test_export_refuses_sharing_modes_transformers_cannot_express(tmp_path):
 
 
 def test_hf_module_does_not_import_transformers():
-    code = "import sys, albert_lightning.hf, albert_lightning.export; assert 'transformers' not in sys.modules"
+    code = "import sys, albert_lightning.interop.hf, albert_lightning.interop.export\n"
+    code += "assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -98,8 +98,8 @@ def test_a_tasks_folder_without_stats_fails_naming_it(pipeline_run: PipelineRun,
 
 
 def test_the_report_reads_the_metrics_back_and_refuses_a_foreign_file(measured: tuple[dict, dict], tmp_path: Path):
-    from albert_lightning.eval_report import leakage_lines
-    from albert_lightning.evaluate import read_leakage
+    from albert_lightning.evaluation.cli import read_leakage
+    from albert_lightning.evaluation.report import leakage_lines
 
     metrics, known = measured
     read = read_leakage(str(known["root"] / "out" / leakage.METRICS))

@@ -1,11 +1,11 @@
-"""Tests for albert_lightning.lr_selection: the held slice and the choice (an evaluation that chooses per start:
-tests/test_evaluate.py)."""
+"""Tests for albert_lightning.evaluation.lr_selection: the held slice and the choice
+(an evaluation that chooses per start: tests/test_evaluate.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from albert_lightning.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
+from albert_lightning.evaluation.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
 
 
 def test_the_slice_is_stable_disjoint_and_of_the_asked_size():

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from albert_lightning.shard_loader import ShardDataModule
+from albert_lightning.pretraining.data import ShardDataModule
 from pipelines.shards import MANIFEST, Manifest
 from tests.conftest import PipelineRun
 

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from albert_lightning import evaluate, export
-from albert_lightning.finetuning import Encoder, load_pretrained
-from albert_lightning.hf import export_hf
+from albert_lightning import checkpoints
+from albert_lightning.evaluation import cli as evaluate
+from albert_lightning.evaluation.finetuning import Encoder
+from albert_lightning.interop import export
+from albert_lightning.interop.hf import export_hf
+from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from albert_lightning.pretraining import AlbertPretraining
+from albert_lightning.pretraining.module import AlbertPretraining
 from pipelines.shards import MANIFEST, Manifest
 from pipelines.textnorm import Normalizer
 from pipelines.vocab import VocabConfig, train_vocab
@@ -116,7 +119,7 @@ def test_fit_records_the_shards_normalisation_in_the_checkpoint(pipeline_run, tm
     (shards / MANIFEST).write_bytes(manifest.to_bytes())
     with cli_in_process(fit_args(tmp_path, shards, 4, 1)) as cli:
         assert cli.model.hparams.normalizer == dataclasses.asdict(recorded)
-    assert export.read_pretraining_checkpoint(tmp_path / "checkpoints" / "last.ckpt")[1] == recorded
+    assert checkpoints.read_pretraining_checkpoint(tmp_path / "checkpoints" / "last.ckpt")[1] == recorded
 
 
 def test_starts_that_record_no_normalisation_get_the_defaults_every_earlier_run_used(tmp_path, spiece):

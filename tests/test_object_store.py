@@ -1,6 +1,6 @@
 """Data in an S3 bucket, against moto's S3-compatible server on 127.0.0.1: the Beam stages reading and writing
-s3:// paths, the loader training from the bucket through its download cache (albert_lightning/shard_cache.py),
-and ``dvc push`` / ``dvc pull`` through an S3 remote into a fresh clone.
+s3:// paths, the loader training from the bucket through its download cache
+(albert_lightning/pretraining/bucket_cache.py), and ``dvc push`` / ``dvc pull`` through an S3 remote into a fresh clone.
 
 Skipped, with the reason, where moto or boto3 is not installed (``pip install -e '.[s3]'``) or no port on
 127.0.0.1 can be opened.
@@ -26,8 +26,8 @@ import pytest
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from albert_lightning import shard_cache
-from albert_lightning.shard_loader import ShardDataModule
+from albert_lightning.pretraining import bucket_cache as shard_cache
+from albert_lightning.pretraining.data import ShardDataModule
 from pipelines import corpus, dedup, files, segment, vocab
 from pipelines.shards import MANIFEST, Manifest
 from tests.conftest import DISTRIBUTED_ENV, LOCAL, NO_PARAMS

@@ -1,4 +1,4 @@
-"""Tests for albert_lightning.pretraining, .sharding, .fit and .export on shards of the real stages.
+"""Tests for albert_lightning.pretraining (module, cli), .sharding and .interop.export on shards of the real stages.
 
 Training runs use the tiny preset for a few steps. One-device runs call ``cli_main`` in this process; the
 two-process FSDP runs go through ``python -m albert_lightning.fit`` in a subprocess (in-process, Lightning's
@@ -24,11 +24,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from albert_lightning.fit import AlbertCLI, cli_main
-from albert_lightning.hf import export_hf
+from albert_lightning.interop.hf import export_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from albert_lightning.pretraining import AlbertPretraining
-from albert_lightning.shard_loader import IGNORE_INDEX, ShardDataset, collate
+from albert_lightning.pretraining.cli import AlbertCLI, cli_main
+from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
+from albert_lightning.pretraining.module import AlbertPretraining
 from pipelines.files import open_atomically
 from pipelines.shards import SPIECE, Manifest, ShardWriter, open_shard
 from tests.conftest import DISTRIBUTED_ENV

@@ -10,9 +10,9 @@ import pytest
 import torch
 import transformers
 
-from albert_lightning import evaluate
-from albert_lightning.reading_eval import first_sentence_object, reading_task
-from albert_lightning.task_files import TaskDataError
+from albert_lightning.evaluation import cli as evaluate
+from albert_lightning.evaluation.reading.runner import first_sentence_object, reading_task
+from albert_lightning.evaluation.task_files import TaskDataError
 from tests.conftest import PipelineRun
 from tests.test_evaluate import _argv
 

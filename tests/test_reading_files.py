@@ -1,4 +1,5 @@
-"""Tests for albert_lightning.reading_files: SQuAD 1.1/2.0 and RACE read from their official layouts, and bad files.
+"""Tests for albert_lightning.evaluation.reading.files: SQuAD 1.1/2.0 and RACE read from their official layouts,
+and bad files.
 
 Fixtures are written with json.dumps in the exact distributed layouts; expected offsets and ids are literals, so a
 reader that counts offsets differently (e.g. in UTF-16 units or bytes) or names questions differently fails.
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from albert_lightning.reading_files import Answer, RaceQuestion, read_race, read_squad, squad_files
-from albert_lightning.task_files import TaskDataError
+from albert_lightning.evaluation.reading.files import Answer, RaceQuestion, read_race, read_squad, squad_files
+from albert_lightning.evaluation.task_files import TaskDataError
 
 NORMANS = "The Normans were the people who gave their name to Normandy, a region in France."
 # A non-BMP emoji first: SQuAD's answer_start counts code points, so "1958年" starts at 7 (UTF-16 would say 8).

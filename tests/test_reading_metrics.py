@@ -1,10 +1,11 @@
-"""Tests for albert_lightning.reading_metrics against values worked out by hand from the official definitions."""
+"""Tests for albert_lightning.evaluation.reading.metrics against values worked out by hand from the official
+definitions."""
 
 from __future__ import annotations
 
 import pytest
 
-from albert_lightning.reading_metrics import (
+from albert_lightning.evaluation.reading.metrics import (
     answer_tokens,
     apply_no_ans_threshold,
     exact_match,

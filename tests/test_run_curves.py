@@ -41,7 +41,7 @@ def curve_args(root: Path, data: Path, checkpoint_every: int, *extra: str) -> li
             "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
             "init_args": {"every_n_train_steps": checkpoint_every, "save_last": True, "save_top_k": 1},
         },
-        {"class_path": "albert_lightning.run_curves.PretrainingReport"},
+        {"class_path": "albert_lightning.pretraining.curves.PretrainingReport"},
     ]
     return [
         *fit_args(root, data, 4, STEPS),

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from albert_lightning.checkpoints import load_checkpoint
-from albert_lightning.export import main as export_main
+from albert_lightning.interop.export import main as export_main
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from tests.conftest import DISTRIBUTED_ENV
 from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_subprocess, write_subset
@@ -119,7 +119,7 @@ def test_resuming_last_checks_the_runs_last_checkpoint(shards: Path, tmp_path: P
 
 def test_lightnings_own_load_is_weights_only_too(shards: Path, tmp_path: Path, monkeypatch) -> None:
     # Without the check before the run, Lightning's restore reads the file: it must refuse it the same way.
-    monkeypatch.setattr("albert_lightning.fit.check_resumed_checkpoints", lambda trainer, ckpt_path: None)
+    monkeypatch.setattr("albert_lightning.pretraining.cli.check_resumed_checkpoints", lambda trainer, ckpt_path: None)
     path = hostile(tmp_path / "elsewhere" / "last.ckpt", Touch(tmp_path / "pwned"))
     with pytest.raises(ValueError, match=rf"^{path}: holds getattr"):
         with cli_in_process(fit_args(tmp_path / "run", shards, 4, 2, f"--ckpt_path={path}")):

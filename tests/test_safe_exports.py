@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from albert_lightning import hf
-from albert_lightning.hf import EXPORT_FILES, check_export_target, export_hf
+from albert_lightning.evaluation.reading.runner import evaluate_reading_task
+from albert_lightning.interop import hf
+from albert_lightning.interop.hf import EXPORT_FILES, check_export_target, export_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from albert_lightning.reading_eval import evaluate_reading_task
 from tests.conftest import DISTRIBUTED_ENV
 
 REPO = Path(__file__).resolve().parents[1]

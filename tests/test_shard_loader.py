@@ -1,4 +1,4 @@
-"""Tests for albert_lightning.shard_loader: global batches at any world size, epochs, loader state, masks, collate.
+"""Tests for albert_lightning.pretraining.data: global batches at any world size, epochs, loader state, masks, collate.
 
 Training through the loader (exact mid-epoch resumption, FSDP data parallelism) is in test_pretraining.py.
 """
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from albert_lightning.shard_loader import IGNORE_INDEX, EpochBatchSampler, ShardDataModule, ShardDataset, collate
+from albert_lightning.pretraining.data import IGNORE_INDEX, EpochBatchSampler, ShardDataModule, ShardDataset, collate
 
 NUM_SPECIAL = 5  # <pad> <unk> [CLS] [SEP] [MASK]: never masked
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from albert_lightning import evaluate
+from albert_lightning.evaluation import cli as evaluate
 from pipelines.return_questions import return_question
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_evaluate import _argv

@@ -1,6 +1,6 @@
-"""Span extraction's text handling (``albert_lightning.spans``): the alignment reproduces the normaliser exactly,
-pieces map back to the original text, windows follow the reference's ``run_squad``, and decoding the gold
-positions gives back the gold answer, in the original text's case and accents.
+"""Span extraction's text handling (``albert_lightning.evaluation.reading.spans``): the alignment reproduces the
+normaliser exactly, pieces map back to the original text, windows follow the reference's ``run_squad``, and decoding the
+gold positions gives back the gold answer, in the original text's case and accents.
 
 The SentencePiece model is trained by the vocab stage's own trainer (identity rule, ALBERT's ids) on the texts
 below under every normalisation, so their characters are pieces rather than ``<unk>``.
@@ -14,8 +14,8 @@ import re
 import numpy as np
 import pytest
 
-from albert_lightning.finetuning import Encoder
-from albert_lightning.spans import (
+from albert_lightning.evaluation.finetuning import Encoder
+from albert_lightning.evaluation.reading.spans import (
     Window,
     decode,
     make_windows,

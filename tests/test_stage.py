@@ -116,7 +116,7 @@ def test_a_misspelt_key_in_the_params_section_is_refused_naming_the_file(tmp_pat
 
 
 def test_evaluate_reads_its_params_through_the_same_reader(tmp_path: Path) -> None:
-    from albert_lightning.evaluate import _parse
+    from albert_lightning.evaluation.cli import _parse
 
     params = tmp_path / "params.yaml"
     params.write_text("evaluate:\n  seeds: 2\n  train_size: [32]\n")  # train_size: a typo of train_sizes

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from albert_lightning.subsets import finetuning_seeds, finetuning_steps, random_init_seed, train_sizes, train_subset
+from albert_lightning.evaluation.plan import (
+    finetuning_seeds,
+    finetuning_steps,
+    random_init_seed,
+    train_sizes,
+    train_subset,
+)
 from pipelines.seeding import stable_hash64
 
 

@@ -1,4 +1,5 @@
-"""Tests for albert_lightning.task_files: each GLUE task in its own file layout, the generic format, and bad files."""
+"""Tests for albert_lightning.evaluation.task_files: each GLUE task in its own file layout, the generic format, and
+bad files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from albert_lightning.task_files import (
+from albert_lightning.evaluation.task_files import (
     GLUE_DIAGNOSTIC,
     GLUE_SUBMISSION_FILES,
     GLUE_TASKS,

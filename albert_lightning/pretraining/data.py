@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from albert_lightning.shard_cache import is_remote, local_folder
+from albert_lightning.pretraining.bucket_cache import is_remote, local_folder
 from pipelines.masking import TokenClasses, mask_batch
 from pipelines.seeding import mix_keys, stable_hash64
 from pipelines.shards import SPIECE, Manifest, open_shard

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
-from albert_lightning.shard_loader import IGNORE_INDEX
+from albert_lightning.pretraining.data import IGNORE_INDEX
 from albert_lightning.sharding import clip_grad_norm, shard_albert
 from pipelines.sop import INTER_SENTENCE_MODES
 

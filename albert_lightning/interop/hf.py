@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from albert_lightning.heads import HEADS, MultipleChoice, SequenceClassifier, SpanExtractor
-from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining
+from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
 
@@ -238,13 +238,8 @@ def import_hf(folder: str | Path) -> AlbertForPreTraining:
     weights_file, state = _read_weights(folder)
     model = AlbertForPreTraining(config)
     state = {name: tensor for name, tensor in state.items() if name not in _IGNORED}
-    for tied, source in TIED_WEIGHTS.items():
-        copy = state.pop(tied, None)
-        if copy is not None and source in state and not torch.equal(copy, state[source]):
-            raise ValueError(f"{weights_file}: {tied} differs from {source}, but our model ties them")
-        if copy is not None:
-            state.setdefault(source, copy)
-    expected = {name: t.shape for name, t in model.state_dict().items() if name not in TIED_WEIGHTS}
+    state = with_tied_weights(state, str(weights_file))
+    expected = {name: t.shape for name, t in model.state_dict().items()}
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
     if [name for name in missing if not name.startswith(_OPTIONAL)] or unexpected:
@@ -256,7 +251,7 @@ def import_hf(folder: str | Path) -> AlbertForPreTraining:
             raise ValueError(
                 f"{weights_file}: {name} has shape {list(tensor.shape)}, {config_file} implies {list(expected[name])}"
             )
-    model.load_state_dict(state, strict=False)  # keys checked above; the tied ones follow their sources
+    model.load_state_dict(state, strict=False)  # keys checked above; only optional heads may be missing
     return model
 
 

@@ -19,11 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 
+from albert_lightning.evaluation.plan import random_init_seed
 from albert_lightning.heads import make_head
+from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.sharding import FSDP2Strategy, shard_albert
-from albert_lightning.subsets import random_init_seed
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import CLS_ID, SEP_ID, load_spiece
 
@@ -32,7 +33,6 @@ __all__ = [
     "Encoder",
     "finetune_trainer",
     "load_encoder",
-    "load_pretrained",
     "random_encoder",
     "run_finetuning",
     "start_names",
@@ -55,23 +55,6 @@ def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) 
         model.init_weights()
         return model
     return load_pretrained(source)[0]
-
-
-def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalizer]:
-    """Returns the pretrained network and how its pretraining text was normalised, which fine-tuning repeats.
-
-    Args:
-        source: a Lightning pretraining checkpoint (``.ckpt``: its recorded normalisation) or a Hugging Face
-            ALBERT folder (its tokenizer_config.json's, AlbertTokenizer's defaults without one).
-    """
-    source = Path(source)
-    if source.is_dir():
-        from albert_lightning.hf import hf_normalizer, import_hf
-
-        return import_hf(source), hf_normalizer(source)
-    from albert_lightning.export import read_pretraining_checkpoint
-
-    return read_pretraining_checkpoint(source)
 
 
 def random_encoder(config: AlbertConfig, seed: int) -> AlbertForPreTraining:

@@ -15,9 +15,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from albert_lightning.bootstrap import seed_scores
-from albert_lightning.metrics import compute_metrics
-from albert_lightning.task_files import TaskSpec
+from albert_lightning.evaluation.intervals import seed_scores
+from albert_lightning.evaluation.metrics import compute_metrics
+from albert_lightning.evaluation.task_files import TaskSpec
 
 __all__ = [
     "FINDINGS",

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from albert_lightning.bootstrap import GainInterval, median_gain_interval
-from albert_lightning.metrics import compute_metrics
-from albert_lightning.task_files import TaskSpec
+from albert_lightning.evaluation.intervals import GainInterval, median_gain_interval
+from albert_lightning.evaluation.metrics import compute_metrics
+from albert_lightning.evaluation.task_files import TaskSpec
 
 __all__ = [
     "STARTS",

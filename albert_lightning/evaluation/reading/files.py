@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from albert_lightning.task_files import TaskDataError
+from albert_lightning.evaluation.task_files import TaskDataError
 
 __all__ = [
     "RACE_LEVELS",

@@ -45,7 +45,7 @@ from pipelines.vocab_layout import CLS_ID, SEP_ID
 if TYPE_CHECKING:
     import sentencepiece as spm
 
-    from albert_lightning.finetuning import Encoder
+    from albert_lightning.evaluation.finetuning import Encoder
 
 __all__ = [
     "Candidate",

@@ -31,17 +31,17 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from albert_lightning.bootstrap import median_gain_interval
-from albert_lightning.eval_report import STARTS, round_score, rounded_gain, text_writer, write_all_atomically
-from albert_lightning.finetuning import AlbertFineTuning, Encoder, run_finetuning, start_names, starts
-from albert_lightning.hf import check_export_target, export_hf
-from albert_lightning.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
+from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, run_finetuning, start_names, starts
+from albert_lightning.evaluation.intervals import median_gain_interval
+from albert_lightning.evaluation.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
+from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
+from albert_lightning.evaluation.reading.files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
+from albert_lightning.evaluation.reading.metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
+from albert_lightning.evaluation.reading.spans import Window, decode, make_windows
+from albert_lightning.evaluation.report import STARTS, round_score, rounded_gain, text_writer, write_all_atomically
+from albert_lightning.evaluation.task_files import TaskDataError, read_task_config
+from albert_lightning.interop.hf import check_export_target, export_hf
 from albert_lightning.model import AlbertForPreTraining
-from albert_lightning.reading_files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
-from albert_lightning.reading_metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
-from albert_lightning.spans import Window, decode, make_windows
-from albert_lightning.subsets import finetuning_seeds, finetuning_steps, train_sizes, train_subset
-from albert_lightning.task_files import TaskDataError, read_task_config
 
 __all__ = ["READING_TASKS", "ReadingTask", "evaluate_reading_task", "first_sentence_object", "reading_task"]
 

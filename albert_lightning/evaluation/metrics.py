@@ -17,7 +17,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from albert_lightning.task_files import TaskSpec
+from albert_lightning.evaluation.task_files import TaskSpec
 
 __all__ = ["compute_metrics", "majority_baseline"]
 

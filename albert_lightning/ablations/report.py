@@ -1,0 +1,228 @@
+"""The ablation report: ``python -m albert_lightning.ablation_report --runs data/ablations --output data/ablations``.
+
+Collects every run folder under ``--runs`` (a pretraining run: ``checkpoints/last.ckpt``, ``metrics.json``,
+``curves/validation.csv``, and its evaluation in ``eval/metrics.json``) into the shape of the paper's tables:
+Tables 3–4 (cross-layer sharing and embedding size), Table 5 (inter-sentence objective), and the other factors
+(dropout, static or dynamic masking, n-gram length), as ``report.md`` and ``report.csv``, plus ``curves.png``
+with every run's validation curves. Parameter counts come from each run's own model config, not from a list.
+``report.md`` opens with the paper's findings checked on these runs, each with a 95% interval and a verdict
+(``ablation_findings.py``), also written to ``findings.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from albert_lightning.ablations import findings as ablation_findings
+from albert_lightning.ablations.findings import Evidence, TaskPredictions
+from albert_lightning.checkpoints import load_checkpoint
+from albert_lightning.evaluation.report import read_predictions
+from albert_lightning.evaluation.task_files import TaskSpec
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
+from pipelines.commands import main as run_command
+from pipelines.shards import MANIFEST, Manifest
+
+__all__ = ["Run", "collect", "main", "tables"]
+
+FACTORS = ("objective", "sharing", "embedding_size", "dropout", "masking", "ngram")
+GROUPS = {  # which paper table a factor belongs to
+    "sharing": "Cross-layer sharing and embedding size (paper Tables 3 and 4)",
+    "embedding_size": "Cross-layer sharing and embedding size (paper Tables 3 and 4)",
+    "objective": "Inter-sentence objective (paper Table 5)",
+    "dropout": "Other factors",
+    "masking": "Other factors",
+    "ngram": "Other factors",
+}
+
+
+@dataclass
+class Run:
+    name: str
+    factors: dict[str, Any]
+    parameters: int  # AlbertModel: the encoder the paper counts
+    parameters_pretraining: int  # with the MLM and SOP heads
+    intrinsic: dict[str, float]  # mlm, nsp, sop accuracy on held-out shards
+    tasks: dict[str, float] = field(default_factory=dict)  # primary dev score of the pretrained model per task
+    curve: list[dict[str, float]] = field(default_factory=list)
+    evidence: Evidence = field(default_factory=Evidence)  # counts and dev predictions, for the findings
+
+    @property
+    def average(self) -> float | None:
+        return sum(self.tasks.values()) / len(self.tasks) if self.tasks else None
+
+
+def _factors(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    config = checkpoint["hyper_parameters"]["config"]
+    data = checkpoint.get("datamodule_hyper_parameters", {})
+    shards = Path(data.get("data_dir", ""))
+    ngram = Manifest.read(shards).masking.ngram if (shards / MANIFEST).exists() else None
+    return {
+        "objective": checkpoint["hyper_parameters"].get("inter_sentence"),
+        "sharing": config["sharing"],
+        "embedding_size": config["embedding_size"],
+        "dropout": config["hidden_dropout_prob"],
+        "masking": data.get("masking"),
+        "ngram": ngram,
+    }
+
+
+def _parameters(config: dict[str, Any]) -> tuple[int, int]:
+    with torch.device("meta"):  # shapes only: no memory, no time
+        model = AlbertForPreTraining(AlbertConfig(**config))
+    return num_parameters(model.albert), num_parameters(model)
+
+
+def _evidence(folder: Path, evaluation: dict[str, Any]) -> Evidence:
+    """The counts behind the intrinsic accuracies and the pretrained dev predictions at each task's largest size.
+
+    Evaluations from before the counts and predictions files existed give none: their findings are skipped.
+    """
+    evidence = Evidence()
+    for scores in evaluation["intrinsic"].values():  # the MLM counts come from the shards the "mlm" column does
+        if "pair_correct" in scores:
+            evidence.counts.setdefault("mlm", (scores["mlm_correct"], scores["mlm_predictions"]))
+            evidence.counts[scores["kind"]] = (scores["pair_correct"], scores["pairs"])
+    for name, task in evaluation["tasks"].items():
+        split = next(iter(task["splits"]))  # the table's split: MNLI's matched
+        path = folder / "eval" / "predictions" / name / f"{split}.jsonl"
+        if "kind" not in task or not path.exists():
+            continue
+        dev = read_predictions(path)
+        sizes = dev.starts["pretrained"]
+        seeds = sizes[max(sizes, key=int)]
+        spec = TaskSpec(name, task["kind"], tuple(task["labels"]), (task["primary"],), task["primary"], {})
+        evidence.downstream[name] = TaskPredictions(spec, np.asarray(dev.labels), np.asarray(seeds))
+    return evidence
+
+
+def _read_run(folder: Path) -> Run:
+    checkpoint = load_checkpoint(folder / "checkpoints" / "last.ckpt")
+    evaluation = json.loads((folder / "eval" / "metrics.json").read_text())
+    intrinsic: dict[str, float] = {}
+    for scores in evaluation["intrinsic"].values():
+        intrinsic.setdefault("mlm", scores["mlm_accuracy"])
+        intrinsic[scores["kind"]] = scores[f"{scores['kind']}_accuracy"]
+    tasks = {}
+    for name, task in evaluation["tasks"].items():
+        split = next(iter(task["splits"].values()))
+        if "sizes" in split:  # a learning curve: compare runs at their largest training set (median over seeds)
+            split = split["sizes"][max(split["sizes"], key=int)]
+        tasks[name] = split["pretrained"][task["primary"]]
+    curve_file = folder / "curves" / "validation.csv"
+    with open(curve_file, newline="", encoding="utf-8") as f:
+        curve = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    encoder, pretraining = _parameters(checkpoint["hyper_parameters"]["config"])
+    evidence = _evidence(folder, evaluation)
+    return Run(folder.name, _factors(checkpoint), encoder, pretraining, intrinsic, tasks, curve, evidence)
+
+
+def collect(runs: Path) -> list[Run]:
+    """Returns every complete run under ``runs`` (a folder with a checkpoint and an evaluation), by name."""
+    done = sorted(p for p in runs.iterdir() if (p / "eval" / "metrics.json").exists())
+    if not done:
+        raise FileNotFoundError(f"{runs}: no run folder with eval/metrics.json; run the ablation grid first")
+    return [_read_run(p) for p in done]
+
+
+def _row(run: Run, task_names: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"variant": run.name, **run.factors}
+    row.update(parameters=run.parameters, parameters_pretraining=run.parameters_pretraining)
+    row.update({f"{k}_accuracy": run.intrinsic.get(k) for k in ("mlm", "nsp", "sop")})
+    row.update({t: run.tasks.get(t) for t in task_names})
+    row["average"] = run.average
+    return row
+
+
+def tables(runs: list[Run], baseline: str = "baseline") -> dict[str, list[dict[str, Any]]]:
+    """Groups runs as the paper's tables: each non-baseline run goes where the factors it changes belong."""
+    task_names = sorted({t for r in runs for t in r.tasks})
+    base = next((r for r in runs if r.name == baseline), runs[0])
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for title in dict.fromkeys(GROUPS.values()):
+        members = [base] + [r for r in runs if r is not base and _group(r, base) == title]
+        if len(members) > 1:
+            grouped[title] = [_row(r, task_names) for r in members]
+    grouped["All runs"] = [_row(r, task_names) for r in runs]
+    return grouped
+
+
+def _group(run: Run, base: Run) -> str:
+    changed = [f for f in FACTORS if run.factors[f] != base.factors[f]]
+    return GROUPS[changed[0]] if changed else "All runs"
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [
+            f"{v:.3f}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _plot(runs: list[Run], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for run in runs:
+        steps = [r["step"] for r in run.curve]
+        for axis, column in zip(axes, ("mlm_loss", "mlm_accuracy", "sop_accuracy"), strict=True):
+            axis.plot(steps, [r[column] for r in run.curve], marker=".", label=run.name)
+            axis.set_title(f"validation {column}")
+            axis.set_xlabel("optimizer step")
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Writes report.md (findings first, then the tables), findings.json, report.csv and curves.png.
+
+    Returns:
+        The tables, and the checked findings under "Findings".
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m albert_lightning.ablation_report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--runs", default="data/ablations/runs", help="folder holding one folder per run")
+    parser.add_argument("--output", default="data/ablations", help="where to write the report")
+    parser.add_argument("--baseline", default="baseline", help="the run the others differ from")
+    parser.add_argument("--bootstrap_resamples", type=int, default=2000, help="resamples per downstream interval")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap: the same intervals every run")
+    args = parser.parse_args(argv)
+    runs = collect(Path(args.runs))
+    grouped = tables(runs, args.baseline)
+    evidence = {run.name: run.evidence for run in runs}
+    findings = ablation_findings.check(evidence, resamples=args.bootstrap_resamples, seed=args.seed)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "findings.json").write_text(json.dumps(findings, indent=2) + "\n", encoding="utf-8")
+    text = ablation_findings.markdown(findings) + "\n"
+    text += "\n\n".join(f"### {title}\n\n{_markdown(rows)}" for title, rows in grouped.items()) + "\n"
+    (output / "report.md").write_text(text, encoding="utf-8")
+    with open(output / "report.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, list(grouped["All runs"][0]))
+        writer.writeheader()
+        writer.writerows(grouped["All runs"])
+    _plot(runs, output / "curves.png")
+    print(text)
+    return {**grouped, "Findings": findings}
+
+
+def command() -> None:
+    """Runs the command line; an error is one line, its trace in a log (pipelines/commands.py)."""
+    run_command(main, "ablation_report")

@@ -1,0 +1,1 @@
+"""Hugging Face interoperability: ``transformers`` folders in and out (``hf``) and the export command (``export``)."""
