@@ -6,7 +6,7 @@
 - ``MultipleChoice`` (``AlbertForMultipleChoice``): each (passage, question, option) encoded alone, one score per
   option from its pooled [CLS], compared across the options (RACE).
 
-Each is the unit ``sharding.shard_albert`` shards whole; parameter names are transformers', so ``hf.export_hf``
+Each is the unit ``sharding.shard_albert`` shards whole; parameter names are transformers', so ``interop.hf.export_hf``
 writes them as they are.
 """
 

@@ -1,7 +1,7 @@
 """ALBERT (Lan et al., 2019, arXiv 1909.11942) in plain torch: config and presets, modules, heads, init.
 
 Knows nothing of distribution: ``sharding.py`` wraps the model (a test greps this file). Names follow
-``transformers.AlbertForPreTraining``, so for ``sharing="all"`` ``hf.py`` is a one-to-one name map.
+``transformers.AlbertForPreTraining``, so for ``sharing="all"`` ``interop/hf.py`` is a one-to-one name map.
 Deliberate differences from transformers: the MLM head runs only at ``masked_positions`` when given (as TF
 gathers first; about 20 of 512 positions need V-wide logits); the SOP head has no dropout (as TF); the padding
 row of the word embeddings is an ordinary row (as TF); ``sharing`` adds the paper's Table 4 ablations.
@@ -51,9 +51,9 @@ TIED_WEIGHTS = {
 
 # Sizes from the paper's Table 1; xlarge uses 16 heads as the released checkpoints do (the paper's rule,
 # H/64, would give 32). "tiny" (E=32, H=64, 2 layers) serves the tests and is the CPU default of the embedded
-# corpus: bench/sweep.py measured it to learn most per minute on 2 cores (bench/results/sweep.md), at ~65 k
-# tokens/s. "mini" (L=4/H=128, BERT-Tiny's width at BERT-Mini's depth, Turc et al. 2019; 4.2M parameters at
-# V=30000) and "small" (BERT-Mini's L=4/H=256) are the next sizes up, for longer CPU runs.
+# corpus: bench/sweep.py measured it to learn most per minute on 2 cores (bench/results/sweep.md). "mini"
+# (L=4/H=128, BERT-Tiny's width at BERT-Mini's depth, Turc et al. 2019; 4.2M parameters at V=30000) and "small"
+# (BERT-Mini's L=4/H=256) are the next sizes up, for longer CPU runs.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         vocab_size=1000,

@@ -1,9 +1,10 @@
 """Optimisers for ALBERT pretraining: no-decay parameter groups, LAMB and AdamW, and the learning-rate schedule.
 
-The reference run [R-OPT] uses LAMB (lr 0.00176, β 0.9/0.999, ε 1e-6, weight decay 0.01 except LayerNorm and
-biases), linear warm-up over 3125 steps and linear decay to 0 at 125000 steps. Plain torch: nothing here imports
-Lightning or ``torch.distributed``, and every tensor op also works on FSDP2's DTensor parameters, so
-``pretraining.py`` calls ``build_optimizer`` on the sharded model. Tests: ``python -m pytest tests/test_optim.py``.
+The reference run (google-research/albert) uses LAMB (lr 0.00176, β 0.9/0.999, ε 1e-6, weight decay 0.01
+except LayerNorm and biases), linear warm-up over 3125 steps and linear decay to 0 at 125000 steps. Plain torch:
+nothing here imports Lightning or ``torch.distributed``, and every tensor op also works on FSDP2's DTensor
+parameters, so ``pretraining/module.py`` calls ``build_optimizer`` on the sharded model. Tests:
+``python -m pytest tests/test_optim.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Split the model's parameters into a decayed group and a no-decay group.
 
     No decay (and no LAMB layer adaptation) for LayerNorm parameters, biases and any other 1-D parameter, as the
-    reference's ``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`` [R-OPT]. Embeddings are decayed.
+    reference's ``exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]``. Embeddings are decayed.
 
     Args:
         model: The model; tied parameters (MLM decoder = word embeddings) are listed once, as

@@ -1,4 +1,4 @@
-"""Measures the corpus stage on hostile input (issue 31): it must fail with one line naming the file, holding far
+"""Measures the corpus stage on hostile input: it must fail with one line naming the file, holding far
 less than the input, where it used to take the whole input into memory.
 
 Run: ``python bench/hostile_input.py [--before DIR] [--size_mb 1024] [--timeout_s 240] [--results bench/results]``

@@ -1,5 +1,5 @@
 """What every bench shares: interleaved rounds, medians and spread, process-tree CPU time, the load check, and
-the results files. One implementation, so the benches' figures mean the same thing (DESIGN.md §3).
+the results files. One implementation, so the benches' figures mean the same thing (bench/README.md).
 
 - ``interleave``/``run_rounds``: settings A, B, … run as A, B, A, B, … (``rounds`` times), so a drift in the
   machine's load hits every setting alike instead of whichever ran last.

@@ -1,6 +1,6 @@
 """Model FLOPs utilisation of a pretraining step: FSDP2 on one device, bf16, the shard loader feeding it.
 
-Run on a GPU: ``python bench/mfu.py`` (``--preset base large --seq_len 512 --batch_size 32``; DESIGN.md §3's target
+Run on a GPU: ``python bench/mfu.py`` (``--preset base large --seq_len 512 --batch_size 32``; the target
 is MFU ≥ 45 % for ``base``). Smoke test on CPU, in seconds:
 ``python bench/mfu.py --device cpu --preset tiny --seq_len 64 --steps 3``. ``bench/gpu_mfu.sh`` prepares shards of 512
 tokens here and runs this there, on a lent GPU machine, in one call.
@@ -56,7 +56,7 @@ PEAK_TFLOPS = {
     "A10": 125.0,
     "RTX 4090": 165.0,
 }
-TARGETS = {"mfu_model_step_base": (">=", 0.45)}  # DESIGN.md §3; only judged on a GPU
+TARGETS = {"mfu_model_step_base": (">=", 0.45)}  # only judged on a GPU
 
 
 def flops_per_token(config: AlbertConfig, seq_len: int, masked_per_row: float) -> float:

@@ -1,4 +1,4 @@
-"""Benchmarks the instances stage against DESIGN.md §3's targets, on the embedded default corpus.
+"""Benchmarks the instances stage against its targets (bench/README.md), on the embedded default corpus.
 
 Run: ``python bench/pipeline.py [--workdir DIR] [--dupe_factor N] [--rounds 3] [--results bench/results]`` from
 anywhere (with the project installed, ``pip install -e .``). It builds corpus → segment → vocab once with
@@ -13,17 +13,15 @@ interleaved (every setting once per round), and reports medians and spread ((max
   held-out tenth of the documents four times) and ``--direct_num_workers 1``: each document encoded once and
   written once, by one worker run as the stage runs it (in-process: a worker process of its own shares nothing);
 - ``{1x,10x}-d1-mp``: the same with ``--direct_running_mode=multi_processing``, one SDK worker process beside
-  the runner's (the basis of the figures before). Its fixed cost is not fixed: ~3 CPU-s over in-process mode's
-  at 1x, ~1 s at 10x, so the 10x − 1x subtraction credits this mode with less per-token work than the stage's
-  DoFn, called in a loop without Beam, takes (which in-process runs match);
+  the runner's (the basis of the figures before). Its fixed cost is larger at 1x than at 10x, so the 10x − 1x
+  subtraction flatters this mode (docs/results.md, "History"); in-process runs match the stage's DoFn alone;
 - ``encode``: raw ``sp.encode(texts, num_threads=1)`` of every sentence of the 10x copy, one call per sentence
-  file, timed inside its process with CPython's collector paused. A call holds every list of ids it makes alive
-  until it returns, and the collector scans them again and again: ~20 % more CPU per token for a 256 KB file's
-  sentences, ~30 % for a 1 MB file's, more for one call over all of them. That is a cost of the measurement (the
-  lists die by reference counting whether or not the collector runs), not of the tokenizer, and it would make
-  the baseline move with the sentence files' size. The same calls with the collector running are timed too, for
-  ``encode_cost_d1_with_collector``, and one call over the 1x sentences, for ``encode_cost_d1_one_call`` (the
-  two bases of the figures before). The 10x copy makes the sample as long as the stage's 10x run;
+  file, timed inside its process with CPython's collector paused: a call holds every list of ids it makes alive
+  until it returns and the collector rescans them, a cost of the measurement that grows with the files' size,
+  not of the tokenizer (docs/results.md, "The instances stage"). The same calls with the collector running are
+  timed too, for ``encode_cost_d1_with_collector``, and one call over the 1x sentences, for
+  ``encode_cost_d1_one_call`` (the two bases of the figures before). The 10x copy makes the sample as long as
+  the stage's 10x run;
 - ``reference``: the reference's algorithm (``bench/reference_instances.py``: google-research/albert
   ``create_pretraining_data.py`` in one process, without its TFRecord writing) on the first ``REFERENCE_FILES``
   1x sentence files at params.yaml's settings; its per-token rate does not depend on the corpus size.

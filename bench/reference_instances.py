@@ -1,7 +1,7 @@
-"""The reference's instance creation, as a baseline to time the instances stage against (DESIGN.md §3: ≥ 30×).
+"""The reference's instance creation, as a baseline to time the instances stage against (target ≥ 30×).
 
-google-research/albert ``create_pretraining_data.py`` (albert_facts.md §3) in one process, written here from
-its description, its costs kept: every line goes through ``preprocess_text`` and SentencePiece's pieces (its
+google-research/albert ``create_pretraining_data.py`` in one process, written here from its description, its
+costs kept: every line goes through ``preprocess_text`` and SentencePiece's pieces (its
 ``FullTokenizer`` with ``spm_model_file``), all documents live in memory, ``dupe_factor`` passes build pairs
 and n-gram masks in Python with a seeded ``random.Random`` (span lengths from ``np.random.choice``, as it draws
 them; seeded here so a rerun repeats), all instances are shuffled, then each becomes its features (piece → id

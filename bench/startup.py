@@ -1,4 +1,4 @@
-"""Measures each Beam stage's start-up against its work on the embedded default (issue 15.2): target total < 2 × work.
+"""Measures each Beam stage's start-up against its work on the embedded default: target total < 2 × work.
 
 Run: ``python bench/startup.py [--stages segment vocab ...] [--modes default in_memory multi_processing]
 [--rounds 3] [--data data] [--results bench/results]`` from the repository (``--code DIR`` runs another checkout's
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure
 
 REPO = Path(__file__).resolve().parents[1]
-TARGET = 2.0  # total ÷ work: start-up no longer than the work itself (issue 15.2)
+TARGET = 2.0  # total ÷ work: start-up no longer than the work itself
 MODES = {
     "default": [],
     "in_memory": ["--direct_running_mode=in_memory", "--direct_num_workers=1"],

@@ -1,4 +1,4 @@
-"""Benchmarks one pretraining step against ``transformers.AlbertForPreTraining``, and the loader (DESIGN.md §3).
+"""Benchmarks one pretraining step against ``transformers.AlbertForPreTraining``, and the loader (bench/README.md).
 
 Run: ``python bench/train_step.py [--preset small] [--batch_size 32] [--seq_len 128] [--steps 8] [--rounds 3]``
 from anywhere (with the project installed). It prints, for our model and for transformers' on the same config,
@@ -15,7 +15,7 @@ the same batch and the same number of threads:
    ``/proc/self/clear_refs``; ``ru_maxrss`` where that is unavailable) minus the RSS just before the first step,
    so weights and the batch are not counted but gradients, optimizer state and activations are; on CUDA
    ``torch.cuda.max_memory_allocated`` minus the allocation before the first step;
-3. the ratios (targets, DESIGN.md §3: full step ≥ 1.5, encoder alone ≥ 1.2, peak memory ≤ 1), each of
+3. the ratios (targets, bench/README.md: full step ≥ 1.5, encoder alone ≥ 1.2, peak memory ≤ 1), each of
    medians over ``--rounds`` rounds run interleaved (ours, transformers, ours-encoder, transformers-encoder,
    loader, then again), from wall time and from the process's CPU time. Torch's OpenMP threads busy-wait, so
    under contention a step's CPU time inflates severalfold: for these benches the honest figure is wall time

@@ -324,8 +324,8 @@ def _require_text(config: CorpusConfig, counters: dict) -> None:
     raise ValueError(f"{where}: no text: every document in its {read} file(s) is empty; give inputs that hold text")
 
 
-# Single-core seconds per MB of input files, in-process: 0.8 CPU-s over a JSON Lines copy of the embedded
-# default's 15 MB of text (a run on it less one on a one-line file). Sizes Beam's local runner.
+# Single-core seconds per MB of input files, in-process, measured on a JSON Lines copy of the embedded default.
+# Sizes Beam's local runner.
 INPUT_CPU_S_PER_MB = 0.05
 
 

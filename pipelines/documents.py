@@ -47,15 +47,9 @@ SENTENCES_SCHEMA = pa.schema(
     ]
 )
 
-# A file is the unit of work of every later stage and becomes two shards of the instances stage. Small files give
-# many workers work; large ones cost less per token and make fewer shards, which DVC needs (it slows down at 10^5
-# files a folder: 256 KB files would give the paper's 16 GB corpus 61 k files, 122 k shards). Reading a file and
-# writing its shards costs the instances stage a few CPU-ms beyond its tokens: at dupe_factor 1 on the 10x copy of
-# the default, 1 MB files took 0.87x the CPU per token of 256 KB ones (in-process, 3 interleaved rounds). With the
-# stage encoding in bounded chunks and streaming each shard into its file, a worker peaks about as high at 1 MB as
-# at 256 KB (403 and 397 MB, 2 workers, dupe_factor 16, the 10x copy), so files grow to MAX_FILE_BYTES once a
-# corpus makes MIN_FILES of them at MIN_FILE_BYTES: 128 is still work for a hundred workers, the embedded default
-# makes 59 and its 10x copy 147 of 1 MB, the 16 GB corpus 15 k.
+# A file is the unit of work of every later stage (two shards each): small files spread work over many workers,
+# large ones cost less per token and keep folders small enough for DVC, so files grow from MIN_FILE_BYTES to
+# MAX_FILE_BYTES once a corpus fills MIN_FILES of them (docs/results.md, "The instances stage").
 MIN_FILE_BYTES, MAX_FILE_BYTES, MIN_FILES = 256 << 10, 1 << 20, 128
 
 

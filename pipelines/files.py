@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 import zstandard
 from apache_beam.io.filesystem import CompressionTypes, FileSystem
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 from apache_beam.options.pipeline_options import PipelineOptions
 
 __all__ = [
@@ -47,11 +48,14 @@ __all__ = [
     "open_decompressed",
     "read_bytes",
     "read_parquet",
+    "renamed_into_place",
     "sha256_hex",
     "use_options",
     "write_bytes_atomically",
+    "write_figure_atomically",
     "write_json_atomically",
     "write_parquet_atomically",
+    "write_text_atomically",
 ]
 
 
@@ -97,10 +101,9 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_bytes(path: str, compressed: bool = False) -> bytes:
-    """Reads a whole file; with ``compressed``, gzip/bz2/... are decoded by extension."""
-    compression = CompressionTypes.AUTO if compressed else CompressionTypes.UNCOMPRESSED
-    with FileSystems.open(path, compression_type=compression) as f:
+def read_bytes(path: str) -> bytes:
+    """Reads a whole file as it is stored (compressed input goes through ``open_decompressed``)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         return f.read()
 
 
@@ -185,17 +188,40 @@ def open_atomically(path: str) -> Iterator[BinaryIO]:
     # One file-system object for every step: Beam's FileSystems.* build a new one per call (a scan of its
     # plugins, ~60 µs), which a stage writing small shards pays six times per file.
     filesystem = FileSystems.get_filesystem(path)
+    with _renamed_into_place(filesystem, path) as tmp:
+        with filesystem.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            yield f
+
+
+@contextlib.contextmanager
+def renamed_into_place(path: str) -> Iterator[str]:
+    """Yields a temporary sibling name of ``path`` for the caller to create (a link, a download, ...): renamed to
+    ``path`` when the block ends, deleted when it raises. ``open_atomically`` is this with a file opened on it."""
+    with _renamed_into_place(FileSystems.get_filesystem(path), path) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _renamed_into_place(filesystem: FileSystem, path: str) -> Iterator[str]:
     directory, name = posixpath.split(path) if "://" in path else _split_local(path)
     _ensure_directory(filesystem, directory)
     tmp = filesystem.join(directory, f".tmp-{uuid.uuid4().hex}-{name}")
     try:
-        with filesystem.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            yield f
+        yield tmp
+        _rename_over(filesystem, tmp, path)
     except BaseException:
         with contextlib.suppress(Exception):  # the error that got here matters, not a failed clean-up
             filesystem.delete([tmp])
         raise
-    if filesystem.exists(path):
+
+
+def _rename_over(filesystem: FileSystem, tmp: str, path: str) -> None:
+    if isinstance(filesystem, LocalFileSystem):
+        # One rename that replaces: readers see the old file until the new one has its name, and a link at ``path``
+        # is replaced, never followed (Beam's exists and delete would follow it).
+        os.replace(tmp, path)
+        return
+    if filesystem.exists(path):  # object stores' renames (a copy, then a delete) may refuse an existing target
         filesystem.delete([path])
     filesystem.rename([tmp], [path])
 
@@ -204,6 +230,18 @@ def write_bytes_atomically(path: str, data: bytes) -> None:
     """Writes ``data`` to ``path`` through a temporary sibling that is renamed when complete."""
     with open_atomically(path) as f:
         f.write(data)
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    """Writes ``text`` as UTF-8, line ends as given (no translation), through ``write_bytes_atomically``."""
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_figure_atomically(path: str, figure: Any, **savefig: Any) -> None:
+    """Saves a matplotlib ``figure`` as PNG through ``open_atomically`` (``savefig``: its options, e.g. dpi)."""
+    with open_atomically(path) as f:
+        # format: the file object has no suffix to take it from
+        figure.savefig(f, format="png", **savefig)
 
 
 def _ensure_directory(filesystem: FileSystem, directory: str) -> None:
@@ -252,8 +290,7 @@ def write_parquet_atomically(path: str, table: pa.Table) -> None:
     """Writes ``table`` as one Parquet file (zstd) without statistics that would vary between runs."""
     buffer = io.BytesIO()
     # No dictionary pages: the pipeline's files hold documents and sentences, nearly every value unique, so a
-    # dictionary only adds a pass each way. The 10x copy's sentence files read in 0.78x the CPU inside the
-    # instances stage (bench/instances_steps.py) and are 3 % smaller.
+    # dictionary only adds a pass each way (docs/results.md, "History").
     pq.write_table(table, buffer, compression="zstd", use_dictionary=False, write_statistics=False, store_schema=True)
     write_bytes_atomically(path, buffer.getvalue())
 

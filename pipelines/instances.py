@@ -120,9 +120,8 @@ def _outputs(
     return outputs
 
 
-# Single-core seconds per MB of sentence files, in-process on the embedded default: encoding each document once,
-# then building and masking it once a pass. Solved from bench/startup.py's work over 6.3 MB: 3.8 CPU-s at 14.8
-# passes (dupe_factor 16, the instances stage), 1.35 at 0.4 (dupe_factor 0, the held-out documents alone).
+# Single-core seconds per MB of sentence files: encoding each document once, then building and masking it once a
+# pass; solved from bench/startup.py's work on the embedded default (bench/results/startup.md).
 ENCODE_CPU_S_PER_MB, PASS_CPU_S_PER_MB = 0.2, 0.03
 
 
@@ -135,14 +134,11 @@ def _work_s(config: InstancesConfig, paths: dict[str, str | None]) -> float:
     return input_mb(paths["input"]) * (ENCODE_CPU_S_PER_MB + PASS_CPU_S_PER_MB * passes)
 
 
-# Sentence files a worker encodes in one SentencePiece call before building their shards one by one. Called once
-# per file, SentencePiece costs more between the building of shards than back to back (its tables go cold in
-# the CPU's caches); once per 4 files, the stage spends ~12 % less CPU per token (interleaved runs at
-# dupe_factor 1: 1.06-1.22x; 16 files gain no more than 4), and each file's shards stay the same.
+# Sentence files a worker encodes in one SentencePiece call before building their shards one by one: called once
+# per file, its tables go cold between shards; 4 files cost less per token than 1, as much as 16, same shards.
 FILES_PER_ENCODE = 4
 # Sentences per SentencePiece call, back to back over the group: a call returns a Python object per sentence, and
-# ~50 k of them alive at once (four 1 MB files) left a worker ~45 MB larger for good (ru_maxrss 446 against 403 MB
-# in calls of 8192, dupe_factor 16, 2 workers, the 10x copy), and one call took 1.06x the CPU (4 interleaved rounds).
+# a whole group's at once left a worker larger for good (docs/results.md, "History").
 ENCODE_SENTENCES = 8192
 
 
@@ -246,13 +242,13 @@ def _table(schema: pa.Schema, built: Instances, items: Items) -> pa.Table:
 def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str] | list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Returns ``sp.encode(texts)`` flattened: every text's piece ids end to end (int32) and each one's count."""
     # The C++ int32 buffers of SentencePiece's "numpy" output, without the per-text np.frombuffer of its public
-    # wrapper (slower than lists). sp.encode's lists make a Python int per piece: on the embedded corpus 0.90 CPU-s
-    # against 0.63 s for the buffers. A private method of the pinned sentencepiece==0.2.3, called as its Encode
-    # calls it for plain encoding; test_instances checks it is sp.encode. One thread (workers are the
-    # parallelism), no sampling (nbest -1, alpha 0.1 unused), no BOS, EOS or reversal.
+    # wrapper (slower than lists, which make a Python int per piece). A private method of the pinned
+    # sentencepiece==0.2.3, called as its Encode calls it for plain encoding; test_instances checks it is
+    # sp.encode. One thread (workers are the parallelism), no sampling (nbest -1, alpha 0.1 unused), no BOS, EOS
+    # or reversal.
     buffers = sp._processor._EncodeAsBufferBatch(texts, 1, None, False, -1, 0.1, False, False, False)
     # BytesIO.write copies a buffer and returns its size: one buffer request per text (a pybind11 call, the costly
-    # part) where a length pass then a join made two; 0.06 CPU-s instead of 0.11 on the embedded corpus.
+    # part) where a length pass then a join made two.
     sink = io.BytesIO()
     sizes = np.fromiter(map(sink.write, buffers), np.int64, len(buffers))
     return np.frombuffer(sink.getbuffer(), dtype=np.int32), sizes // 4  # pieces, not bytes

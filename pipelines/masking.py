@@ -1,16 +1,16 @@
 """Whole-word n-gram masking, as the reference does it, over a whole batch at once (pure: numpy and numba).
 
-Follows google-research/albert ``create_masked_lm_predictions`` (albert_facts.md §3.4): candidates are whole
-words taken in a random order; at each one a span of n ≤ ``ngram`` words is drawn with p(n) ∝ 1/n, shrunk
-while it would overflow the prediction budget, skipped when it overlaps a chosen span; each chosen token
-becomes ``[MASK]`` (80 %), stays (10 %) or becomes a random token (10 %). Deliberate changes:
+Follows google-research/albert ``create_masked_lm_predictions``: candidates are whole words taken in a random
+order; at each one a span of n ≤ ``ngram`` words is drawn with p(n) ∝ 1/n, shrunk while it would overflow the
+prediction budget, skipped when it overlaps a chosen span; each chosen token becomes ``[MASK]`` (80 %), stays
+(10 %) or becomes a random token (10 %). Deliberate changes:
 
 - word starts are found for every script: a piece starting with "▁", a CJK character or punctuation starts a
   word, and so does any piece after one ending in CJK or punctuation, so each CJK character is a word
-  (the reference counts every non-ASCII piece as a word start, its issue #161);
+  (the reference counts every non-ASCII piece as a word start);
 - a bare "▁" is the space of the word after it (SentencePiece writes " (" as "▁", "(" when "▁(" is not in the
   vocabulary), so the next piece joins its word even when it would start a word of its own. The reference's
-  per-piece start test (documented to misgroup pieces, its issue #161) makes "▁" a word alone; masking it asks
+  per-piece start test (documented upstream to misgroup pieces) makes "▁" a word alone; masking it asks
   the model to predict a space, which frequency alone teaches, in a scarce prediction slot (8 % of targets on
   wikitext), whereas BERT's WordPiece whole-word masking never exposes whitespace;
 - a span never crosses a special token, so an n-gram never straddles ``[SEP]``;

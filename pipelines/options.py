@@ -88,9 +88,8 @@ class LocalRunner(FnApiRunner):
 LOCAL_RUNNER = "pipelines.options.LocalRunner"
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", LOCAL_RUNNER)  # Beam's default runner is the DirectRunner
 # What Beam's multi-processing mode costs over in-process mode whatever the input: each SDK worker process starts
-# an interpreter and imports Beam and the stage, and the runner opens gRPC channels to each and closes them. On
-# 2 cores, one-file slices (bench/startup.py), multi_processing minus in_memory: 3.7 to 4.2 CPU-s over the six
-# stages, 3.3 s of wall time for the segment stage on a lightly loaded machine (more under load).
+# an interpreter and imports Beam and the stage, and the runner opens gRPC channels to each and closes them;
+# measured by bench/startup.py on one-file slices (bench/results/startup.md).
 MULTIPROCESSING_EXTRA_S = 3.0
 MB = 1 << 20
 

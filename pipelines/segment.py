@@ -30,13 +30,13 @@ from pipelines.documents import SENTENCES_SCHEMA, STATS, file_name, finished_fil
 from pipelines.options import parse_stage_args, work_per_input_mb
 from pipelines.sentences import document_sentences, split_long
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
-from pipelines.textnorm import Normalizer
+from pipelines.textnorm import Normalizer, hf_normalizer
 
 __all__ = ["SegmentConfig", "SegmentDocuments", "run"]
 
 _DOCUMENT_FILE = re.compile(r"documents-(\d{5})-of-(\d{5})\.parquet$")
-# Single-core seconds per MB of corpus files, in-process on the embedded default: 3.85 CPU-s of work over 6.2 MB
-# (bench/startup.py). Sizes Beam's local runner.
+# Single-core seconds per MB of corpus files, in-process on the embedded default (bench/startup.py's work).
+# Sizes Beam's local runner.
 CPU_S_PER_MB = 0.6
 
 
@@ -52,6 +52,13 @@ class SegmentConfig:
     max_sentence_words: int = dataclasses.field(
         default=200, metadata={"help": "cut longer sentences (CJK characters count one word each)"}
     )
+    normalization_from: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "a Hugging Face model folder (or its tokenizer_config.json) whose do_lower_case and keep_accents "
+            "replace lower_case and strip_accents (continued pretraining normalises as its start did)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.max_sentence_words < 1:
@@ -60,6 +67,14 @@ class SegmentConfig:
     @property
     def normalizer(self) -> Normalizer:
         return Normalizer(self.lower_case, self.strip_accents)
+
+    def resolved(self) -> SegmentConfig:
+        """This config with ``normalization_from``'s switches in place of its own, read once here so that workers
+        elsewhere never need the file."""
+        if not self.normalization_from:
+            return self
+        normalizer = hf_normalizer(self.normalization_from)
+        return dataclasses.replace(self, lower_case=normalizer.lower_case, strip_accents=normalizer.strip_accents)
 
 
 class _SegmentFile(beam.DoFn):
@@ -129,13 +144,14 @@ def run(argv: list[str] | None = None) -> dict:
     args = parse_stage_args(
         argv, SegmentConfig, "segment", paths, __doc__.splitlines()[0], work_per_input_mb(CPU_S_PER_MB)
     )
+    config = args.config.resolved()
     inputs, output = finished_files(args.paths["input"], "documents"), args.paths["output"]
     with owning_outputs(output, STATS, outputs("sentences")):
         pipeline = beam.Pipeline(options=args.beam)
         _ = (
             pipeline
             | "ListDocumentFiles" >> beam.Create(inputs)
-            | "SegmentDocuments" >> SegmentDocuments(output, args.config)
+            | "SegmentDocuments" >> SegmentDocuments(output, config)
         )
         with progress.shown("segment", len(inputs), "files", args.beam):
             counters = run_and_count(pipeline, output, _SegmentFile.COUNTERS)
@@ -145,11 +161,11 @@ def run(argv: list[str] | None = None) -> dict:
                 "left after segmentation and normalisation"
             )
         stats = {
-            "config": dataclasses.asdict(args.config),
+            "config": dataclasses.asdict(config),
             "counters": counters,
             "files": len(inputs),
             # What the instances stage records in its manifest, for fine-tuning and export to repeat.
-            "normalizer": dataclasses.asdict(args.config.normalizer),
+            "normalizer": dataclasses.asdict(config.normalizer),
         }
         files.write_json_atomically(files.join(output, STATS), stats)
     return stats

@@ -61,15 +61,13 @@ MAX_LINE_MB = 64.0
 # A document is held whole (and later split into sentences in one worker): four times the line bound leaves room
 # for a book as one text file, while a file of gigabytes fails instead of taking a worker's memory.
 MAX_DOCUMENT_MB = 256.0
-# Text compresses 3-5.5x (the embedded default as JSON Lines: gzip 3.1, bz2 4.0, xz 5.5), and ten copies of it
-# in one .xz, whose window spans copies, 40x. Deflate cannot pass 1032x: a gzip bomb fails within its first tenth.
+# Text compresses 3-5.5x (40x for repeated copies in one .xz), far below this; deflate cannot pass 1032x, so a
+# gzip bomb fails within its first tenth (bench/results/hostile_input.md).
 MAX_EXPANSION = 100.0
 _MB = 1 << 20
 _SPOOL_CHUNK = 1 << 20  # bytes per read when decoding a compressed Parquet file to a seekable local copy
 # Parquet is read a page at a time: Arrow's default pre-buffering fetches every row group's column at once, and
 # without a buffer size reads a row group's column whole; batches count rows, so a small count bounds huge ones.
-# A 287 MB file of 1 KB rows, in 30 row groups or in one: 127 MB peak RSS (60 of it imports), against 747 MB
-# read whole as before, and 505 MB with batches of 65,536 rows (0.86 CPU-s against 0.21).
 _PARQUET_BATCH_ROWS = 1024
 
 

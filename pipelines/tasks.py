@@ -58,9 +58,9 @@ COUNTERS = Counters(
     "package_examples return_questions duplicate_contexts".split(),
 )
 
-# Single-core seconds per MB of sentence files that more workers can share, in-process on the embedded default:
-# reading the files, 0.55 CPU-s of the stage's 4.8 (bench/startup.py) for 6.3 MB. Pairing runs once per split,
-# most of it in train's one element, so workers share little of it. Sizes Beam's local runner.
+# Single-core seconds per MB of sentence files that more workers can share (reading the files, bench/startup.py):
+# pairing runs once per split, most of it in train's one element, so workers share little of it. Sizes Beam's
+# local runner.
 PARALLEL_CPU_S_PER_MB = 0.1
 
 

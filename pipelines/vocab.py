@@ -1,9 +1,9 @@
 """The vocab stage: a deterministic, bounded sentence sample → SentencePiece unigram model with ALBERT's ids.
 
 Owns ``VocabConfig``, the ``SampleSentences`` PTransform and ``train_vocab``. SentencePiece loads every
-training sentence into memory and builds a suffix array (sentencepiece#708), so Beam first keeps the
-``sample_sentences`` sentences with the smallest stable hash (memory O(sample), the same whatever the runner
-or worker count), writes them sorted by hash to one file, and SentencePiece trains on that file alone. Run::
+training sentence into memory and builds a suffix array, so Beam first keeps the ``sample_sentences``
+sentences with the smallest stable hash (memory O(sample), the same whatever the runner or worker count),
+writes them sorted by hash to one file, and SentencePiece trains on that file alone. Run::
 
     python -m pipelines.vocab --input data/sentences --output data/vocab
 
@@ -43,9 +43,8 @@ COUNTERS = Counters("vocab", "files_read", "sentences_read", "sentences_sampled"
 # "identity": textnorm.Normalizer is the only normalisation. AlbertTokenizer applies the same steps, and with
 # no precompiled charsmap in the model there is nothing else for the Hugging Face export to carry over.
 NORMALIZATION_RULE = "identity"
-# Single-core seconds per MB of sentence files for the Beam sample, in-process on the embedded default: 4.0 CPU-s
-# over 6.3 MB (``sample_to_file`` timed alone; SentencePiece's training follows in the launching process whatever
-# the runner). Sizes Beam's local runner.
+# Single-core seconds per MB of sentence files for the Beam sample alone (SentencePiece trains in the launching
+# process whatever the runner), measured on the embedded default. Sizes Beam's local runner.
 SAMPLE_CPU_S_PER_MB = 0.6
 
 
@@ -64,6 +63,13 @@ class VocabConfig:
     seed: int = dataclasses.field(default=12345, metadata={"help": "salt of the sampling hash"})
     num_threads: int = dataclasses.field(
         default=8, metadata={"help": "SentencePiece trainer threads; part of the result (float sum order)"}
+    )
+    from_spiece: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "an existing spiece.model, or a Hugging Face folder holding one, to use instead of training "
+            "(continued pretraining keeps its start's vocabulary); vocab_size and the sampling knobs are then unused"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -203,6 +209,9 @@ def run(argv: list[str] | None = None) -> dict:
         work_per_input_mb(SAMPLE_CPU_S_PER_MB),
     )
     config, out = args.config, args.paths["output"]
+    if config.from_spiece:
+        with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab"]):
+            return _copy_and_record(config.from_spiece, out, config)
     inputs = finished_files(args.paths["input"], "sentences")
     sample_path = files.join(out, SAMPLE_FILE)
     with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab", SAMPLE_FILE]):
@@ -235,6 +244,27 @@ def sample_to_file(
     )
     with progress.shown("vocab", len(inputs), "files", options):
         return run_and_count(pipeline, FileSystems.split(sample_path)[0], COUNTERS)
+
+
+def _copy_and_record(source: str, out: str, config: VocabConfig) -> dict:
+    # The bytes as they are: the shards' manifest records their hash, which the start's spiece.model must match.
+    inside = files.join(source, "spiece.model")
+    path = inside if files.exists(inside) else source  # a model folder, or the file itself
+    if not files.exists(path):
+        raise FileNotFoundError(f"{source}: no spiece.model there (vocab.from_spiece)")
+    data = files.read_bytes(path)
+    sp = spiece_from_proto(data, path)  # ALBERT's special ids, or an error naming the file
+    files.write_bytes_atomically(files.join(out, "spiece.model"), data)
+    files.write_bytes_atomically(files.join(out, "spiece.vocab"), _vocab_text(sp).encode("utf-8"))
+    stats = {
+        "from_spiece": path,
+        "vocab_size": sp.get_piece_size(),
+        "spiece_model_sha256": files.sha256_hex(data),
+        "config": dataclasses.asdict(config),
+    }
+    files.write_json_atomically(files.join(out, STATS), stats)
+    log.info("vocab: %d pieces copied from %s", stats["vocab_size"], path)
+    return stats
 
 
 def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:

@@ -2,9 +2,9 @@
 
 The vocab stage writes the layout and checks the model it trained with ``spiece_from_proto``; the instances stage
 reads the model the same way (from its bytes, so a remote path works); the training-time masker
-(``shard_loader``), fine-tuning (``finetuning``, which the evaluate stage runs) and the Hugging Face export
-(``hf``) read it through ``load_spiece``. So a model trained with other ids fails loudly instead of silently
-masking with the wrong token. Usage::
+(``albert_lightning.pretraining.data``), fine-tuning (``evaluation.finetuning``, which the evaluate stage runs)
+and the Hugging Face export (``interop.hf``) read it through ``load_spiece``. So a model trained with other ids
+fails loudly instead of silently masking with the wrong token. Usage::
 
     sp = load_spiece("data/vocab/spiece.model")
     ids = sp.encode(Normalizer()(text))
@@ -59,15 +59,25 @@ def spiece_from_proto(data: bytes, source: str) -> spm.SentencePieceProcessor:
     return sp
 
 
-def load_spiece(path: str | os.PathLike) -> spm.SentencePieceProcessor:
+def load_spiece(
+    path: str | os.PathLike, vocab_size: int | None = None, model: str = "the model"
+) -> spm.SentencePieceProcessor:
     """Loads a local ``spiece.model`` and checks ALBERT's id layout (for remote paths use ``spiece_from_proto``).
+
+    Args:
+        path: the ``spiece.model`` file.
+        vocab_size: the piece count of the network that will read its ids; None checks the layout only.
+        model: what that network is, for the error (e.g. a checkpoint's path).
 
     Raises:
         ValueError: naming ``path`` when the layout is not ``<pad>``=0, ``<unk>``=1, ``[CLS]``=2, ``[SEP]``=3,
-            ``[MASK]``=4 with no bos/eos pieces.
+            ``[MASK]``=4 with no bos/eos pieces, or when its piece count is not ``vocab_size`` (naming ``model``).
     """
     with open(path, "rb") as f:
-        return spiece_from_proto(f.read(), os.fspath(path))
+        sp = spiece_from_proto(f.read(), os.fspath(path))
+    if vocab_size is not None and sp.get_piece_size() != vocab_size:
+        raise ValueError(f"{path}: {sp.get_piece_size()} pieces, but {model} has vocab_size {vocab_size}")
+    return sp
 
 
 def _layout_problems(sp: spm.SentencePieceProcessor) -> list[str]:

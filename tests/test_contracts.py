@@ -91,7 +91,7 @@ def test_export_refuses_a_vocabulary_of_another_size_and_leaves_no_folder(
     pipeline_run: PipelineRun, tmp_path: Path
 ) -> None:
     model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=123))
-    with pytest.raises(ValueError, match=r"spiece\.model: 2000 pieces, but the checkpoint's vocab_size is 123"):
+    with pytest.raises(ValueError, match=r"spiece\.model: 2000 pieces, but the checkpoint has vocab_size 123"):
         export_hf(model, model.config, tmp_path / "export", str(pipeline_run.spiece))
     assert list(tmp_path.iterdir()) == []
 

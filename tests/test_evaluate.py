@@ -279,7 +279,7 @@ def test_each_task_is_written_as_it_finishes(
     assert list(kept["tasks"]) == ["WNLI"] and kept["intrinsic"]
     assert "| WNLI |" in (tmp_path / "eval/report.md").read_text()
     assert (tmp_path / "eval/predictions/WNLI/dev.jsonl").is_file()
-    assert not [p for p in (tmp_path / "eval").rglob("*") if p.name.endswith(".tmp")]  # renamed into place
+    assert not [p for p in (tmp_path / "eval").rglob("*") if p.name.startswith(".tmp-")]  # renamed into place
 
 
 def test_report_files_are_replaced_whole(tmp_path: Path) -> None:

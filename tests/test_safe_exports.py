@@ -62,7 +62,9 @@ def export_command(tmp_path: Path, output: Path) -> subprocess.CompletedProcess:
     checkpoint = tmp_path / "last.ckpt"
     torch.save({"state_dict": state, "hyper_parameters": {"config": asdict(network.config)}}, checkpoint)
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
-    command = [sys.executable, "-m", "albert_lightning.export", "--checkpoint", str(checkpoint), "--output"]
+    # No params file: the repository's params.yaml would add its spiece.model, a vocabulary of another size
+    command = [sys.executable, "-m", "albert_lightning.export", "--params", str(tmp_path / "none.yaml")]
+    command += ["--checkpoint", str(checkpoint), "--output"]
     return subprocess.run([*command, str(output)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 

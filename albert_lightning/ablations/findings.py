@@ -1,10 +1,11 @@
 """The paper's ablation findings, each checked on the grid's runs with a 95% interval and a verdict (no torch).
 
 A finding compares two runs (or a run and chance) on one measure: an intrinsic accuracy on held-out shards, whose
-interval is the normal interval of a difference of proportions from the counts ``evaluate.py`` records, or the
+interval is the normal interval of a difference of proportions from the counts ``evaluation/cli.py`` records, or the
 downstream average (the mean over tasks of each task's primary dev metric, median over fine-tuning seeds, at the
 largest training set both runs have), whose interval is a paired bootstrap over seeds and dev examples of the
-predictions files. ``ablation_report.py`` reads the runs, writes the result; tests: ``tests/test_ablation_findings.py``.
+predictions files. ``ablations/report.py`` reads the runs, writes the result; tests:
+``tests/test_ablation_findings.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "downstream_interval",
     "markdown",
     "proportion_interval",
+    "score",
     "summary",
     "verdict",
 ]
@@ -94,6 +96,11 @@ def _average(tasks: list[TaskPredictions], seeds: np.ndarray, rows: list[np.ndar
     return float(np.mean(scores))
 
 
+def score(task: TaskPredictions) -> float:
+    """The median over fine-tuning seeds of the task's primary score on every dev example."""
+    return _average([task], np.arange(task.seeds.shape[0]), [np.arange(len(task.labels))])
+
+
 def downstream_interval(
     first: list[TaskPredictions], second: list[TaskPredictions], resamples: int = 2000, seed: int = 0
 ) -> Interval:
@@ -102,7 +109,7 @@ def downstream_interval(
     Both runs were fine-tuned with the same seeds (the same subsets and orders) and scored on the same dev
     examples, so each resample draws, from ``np.random.default_rng(seed)``, S seed indices once (used by both
     runs and every task), then N_t example indices per task in the lists' order, all with replacement, and
-    takes the difference of the two runs' averages on them (as ``bootstrap.median_gain_interval`` pairs starts).
+    takes the difference of the two runs' averages on them (as ``intervals.median_gain_interval`` pairs starts).
 
     Args:
         first: Per task (same order in both lists) the first run's predictions.

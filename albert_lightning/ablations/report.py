@@ -6,14 +6,16 @@ Tables 3–4 (cross-layer sharing and embedding size), Table 5 (inter-sentence o
 (dropout, static or dynamic masking, n-gram length), as ``report.md`` and ``report.csv``, plus ``curves.png``
 with every run's validation curves. Parameter counts come from each run's own model config, not from a list.
 ``report.md`` opens with the paper's findings checked on these runs, each with a 95% interval and a verdict
-(``ablation_findings.py``), also written to ``findings.json``.
+(``findings.py``), also written to ``findings.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
+import io
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,9 @@ from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.evaluation.report import read_predictions
 from albert_lightning.evaluation.task_files import TaskSpec
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
+from pipelines import files
 from pipelines.commands import main as run_command
+from pipelines.params import parse_config
 from pipelines.shards import MANIFEST, Manifest
 
 __all__ = ["Run", "collect", "main", "tables"]
@@ -170,7 +174,7 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _plot(runs: list[Run], path: Path) -> None:
+def _plot(runs: list[Run], path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,8 +189,32 @@ def _plot(runs: list[Run], path: Path) -> None:
             axis.set_xlabel("optimizer step")
     axes[0].legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    files.write_figure_atomically(path, figure, dpi=100)
     plt.close(figure)
+
+
+@dataclass
+class ReportConfig:
+    """The ``report`` section of ablations/params.yaml; each field is also a ``--flag``."""
+
+    runs: str = field(default="data/ablations/runs", metadata={"help": "folder holding one folder per run"})
+    output: str = field(default="data/ablations", metadata={"help": "where to write the report"})
+    baseline: str = field(default="baseline", metadata={"help": "the run the others differ from"})
+    bootstrap_resamples: int = field(default=2000, metadata={"help": "resamples per downstream interval"})
+    seed: int = field(default=0, metadata={"help": "seeds the bootstrap: the same intervals every run"})
+
+
+# The grid's own params file, unless --params names another: the main params.yaml's top-level seed is the
+# pipeline's, and parse_config would hand it to this command's --seed.
+ABLATION_PARAMS = "ablations/params.yaml"
+
+
+def _parse(argv: list[str] | None) -> ReportConfig:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not any(arg == "--params" or arg.startswith("--params=") for arg in argv):
+        argv = ["--params", ABLATION_PARAMS, *argv]
+    prog, description = "python -m albert_lightning.ablation_report", __doc__.split("\n")[0]
+    return parse_config(argv, ReportConfig, "report", {}, description, prog=prog).config
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -195,30 +223,21 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     Returns:
         The tables, and the checked findings under "Findings".
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m albert_lightning.ablation_report", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--runs", default="data/ablations/runs", help="folder holding one folder per run")
-    parser.add_argument("--output", default="data/ablations", help="where to write the report")
-    parser.add_argument("--baseline", default="baseline", help="the run the others differ from")
-    parser.add_argument("--bootstrap_resamples", type=int, default=2000, help="resamples per downstream interval")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the bootstrap: the same intervals every run")
-    args = parser.parse_args(argv)
+    args = _parse(argv)
     runs = collect(Path(args.runs))
     grouped = tables(runs, args.baseline)
     evidence = {run.name: run.evidence for run in runs}
     findings = ablation_findings.check(evidence, resamples=args.bootstrap_resamples, seed=args.seed)
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "findings.json").write_text(json.dumps(findings, indent=2) + "\n", encoding="utf-8")
     text = ablation_findings.markdown(findings) + "\n"
     text += "\n\n".join(f"### {title}\n\n{_markdown(rows)}" for title, rows in grouped.items()) + "\n"
-    (output / "report.md").write_text(text, encoding="utf-8")
-    with open(output / "report.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, list(grouped["All runs"][0]))
-        writer.writeheader()
-        writer.writerows(grouped["All runs"])
-    _plot(runs, output / "curves.png")
+    table = io.StringIO()
+    writer = csv.DictWriter(table, list(grouped["All runs"][0]))
+    writer.writeheader()
+    writer.writerows(grouped["All runs"])
+    files.write_text_atomically(os.path.join(args.output, "findings.json"), json.dumps(findings, indent=2) + "\n")
+    files.write_text_atomically(os.path.join(args.output, "report.md"), text)
+    files.write_text_atomically(os.path.join(args.output, "report.csv"), table.getvalue())
+    _plot(runs, os.path.join(args.output, "curves.png"))
     print(text)
     return {**grouped, "Findings": findings}
 

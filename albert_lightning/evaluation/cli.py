@@ -7,12 +7,12 @@ bootstrap interval over seeds and dev examples, and (c) the majority class (or t
 scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
 columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
 ``data/tasks/*``, or your own), GLUE task names (GLUE's or Hugging Face's spelling) read from ``glue_dir``, or
-reading comprehension (``reading_eval.py``): ``squad1``/``squad2`` from ``squad_dir``, ``race`` from ``race_dir``
+reading comprehension (``reading/runner.py``): ``squad1``/``squad2`` from ``squad_dir``, ``race`` from ``race_dir``
 and span tasks in SQuAD's layout (the embedded default's ``data/tasks/returns``).
 Knobs: the ``evaluate`` section of ``params.yaml``, each also a ``--flag``.
 
 Every input (vocabulary, checkpoint, every file of every task) is read before the first fine-tuning, and the
-outputs (see ``eval_report.py``) are rewritten after each task, so a failure keeps the tasks already done. Every
+outputs (see ``report.py``) are rewritten after each task, so a failure keeps the tasks already done. Every
 dev prediction of every run lands in ``predictions/<task>/<split>.jsonl``, so a score can be checked by hand and
 runs compared pairwise; one audited run (``evaluate_task`` says which) also predicts the test splits, whose
 predictions files and, for GLUE, leaderboard files (``glue_submission/``) it writes.
@@ -21,6 +21,7 @@ predictions files and, for GLUE, leaderboard files (``glue_submission/``) it wri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections import Counter
@@ -35,10 +36,9 @@ from albert_lightning.evaluation.finetuning import (
     Encoder,
     make_loader,
     run_finetuning,
-    start_names,
     starts,
 )
-from albert_lightning.evaluation.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
+from albert_lightning.evaluation.lr_selection import HeldSlice, choose_lrs
 from albert_lightning.evaluation.metrics import compute_metrics, majority_baseline
 from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
 from albert_lightning.evaluation.reading.runner import ReadingTask, evaluate_reading_task, reading_task
@@ -50,6 +50,7 @@ from albert_lightning.evaluation.report import (
     write_submission,
 )
 from albert_lightning.evaluation.task_files import (
+    Example,
     SplitFile,
     TaskDataError,
     TaskSpec,
@@ -60,8 +61,10 @@ from albert_lightning.evaluation.task_files import (
 from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertForPreTraining
 from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
+from albert_lightning.pretraining.module import prediction_hits
 from pipelines.commands import main as run_command
 from pipelines.params import parse_config
+from pipelines.vocab_layout import load_spiece
 
 __all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main", "read_leakage"]
 
@@ -170,9 +173,13 @@ class TaskData:
 OUTPUT_FOLDERS = ("predictions", "finetuned")
 
 
-def check_task(name: str, config: EvaluateConfig) -> dict[str, SplitFile]:
+# split → where it was read from, and its examples: every file of a task, read once
+TaskSplits = dict[str, tuple[SplitFile, list[Example]]]
+
+
+def check_task(name: str, config: EvaluateConfig) -> TaskSplits:
     """Reads every file a run of task ``name`` reads, so that a missing or malformed one fails before any
-    fine-tuning; returns the files by split.
+    fine-tuning; returns each split's file and examples, which the run encodes without reading them again.
 
     Raises:
         TaskDataError: An unknown name (with the name probably meant), or a file problem, naming task and file.
@@ -180,28 +187,26 @@ def check_task(name: str, config: EvaluateConfig) -> dict[str, SplitFile]:
     spec, folder = resolve_task(name, config.glue_dir)
     files = run_splits(spec, folder)
     try:
-        for file in files.values():
-            file.load()
+        return {split: (file, file.load()) for split, file in files.items()}
     except TaskDataError as e:
         raise TaskDataError(f"task {spec.name}: {e}") from e
-    return files
 
 
-def _encode(file: SplitFile, encoder: Encoder) -> tuple[Encoded, list]:
-    examples = file.load()
+def _encode(spec: TaskSpec, examples: list[Example], encoder: Encoder) -> tuple[Encoded, list]:
     labelled = all(e.label is not None for e in examples)  # GLUE's test files have no labels
-    labels = label_ids(file.spec, examples) if labelled else [None] * len(examples)
+    labels = label_ids(spec, examples) if labelled else [None] * len(examples)
     encoded = [(*encoder(e.text_a, e.text_b), label) for e, label in zip(examples, labels, strict=True)]
     return encoded, [e.id for e in examples]
 
 
-def load_task(files: dict[str, SplitFile], encoder: Encoder) -> TaskData:
-    """Reads and encodes every split of a task (``check_task``'s files)."""
-    spec = files["train"].spec
-    encoded = {split: _encode(file, encoder) for split, file in files.items()}
+def load_task(splits: TaskSplits, encoder: Encoder) -> TaskData:
+    """Encodes every split of a task (``check_task``'s examples)."""
+    spec = splits["train"][0].spec
+    encoded = {split: _encode(file.spec, examples, encoder) for split, (file, examples) in splits.items()}
     devs = {split: encoded[split][0] for split in spec.eval_splits}
     tests = {split: rows for split, (rows, _) in encoded.items() if split != "train" and split not in devs}
     ids = {split: split_ids for split, (_, split_ids) in encoded.items()}
+    files = {split: file for split, (file, _) in splits.items()}
     return TaskData(spec, encoded["train"][0], devs, tests, ids, files)
 
 
@@ -248,26 +253,16 @@ def predict(
     return SplitPredictions(labels.tolist(), logits.softmax(-1).gather(-1, labels[:, None])[:, 0].tolist())
 
 
-def choose_lrs(task: TaskData, pretrained: AlbertForPreTraining, config: EvaluateConfig) -> dict[str, LrChoice]:
-    """Each start's fine-tuning rate: the grid's best on a held slice of the training set (``lr_selection``),
-    fine-tuned on the rest with the first seed. Dev and test play no part."""
-    fixed = fixed_rate(config.lrs, start_names(config.random_baseline))
-    if fixed is not None:
-        return fixed
-    spec, seed = task.spec, finetuning_seeds(config.seed, 1)[0]
-    fit, held = selection_split([str(i) for i in range(len(task.train))], spec.name, config.lr_selection_fraction)
-    fit_rows, held_rows = [task.train[i] for i in fit], [task.train[i] for i in held]
+def _slice_score(
+    task: TaskData, config: EvaluateConfig, network: AlbertForPreTraining, part: HeldSlice, lr: float
+) -> float:
+    """The primary score on the held slice of ``network`` fine-tuned at ``lr`` on the rest of the training set
+    (``lr_selection.choose_lrs``'s ``score``)."""
+    spec, fit_rows, held_rows = task.spec, [task.train[i] for i in part.fit], [task.train[i] for i in part.held]
     steps = finetuning_steps(len(fit_rows), config.epochs, config.batch_size, config.min_steps, config.max_steps)
-    choices = {}
-    for start, network in starts(pretrained, seed, config.random_baseline):
-
-        def score(lr: float, network: AlbertForPreTraining = network) -> float:
-            trainer, module = finetune(network, spec, fit_rows, steps, seed, config, lr)
-            predicted = predict(trainer, module, spec, held_rows, config).values
-            return compute_metrics(spec, predicted, [row[-1] for row in held_rows])[spec.primary]
-
-        choices[start] = choose_lr(config.lrs, score)
-    return choices
+    trainer, module = finetune(network, spec, fit_rows, steps, part.seed, config, lr)
+    predicted = predict(trainer, module, spec, held_rows, config).values
+    return compute_metrics(spec, predicted, [row[-1] for row in held_rows])[spec.primary]
 
 
 def evaluate_size(
@@ -326,7 +321,7 @@ def _write_predictions(
 
 
 def evaluate_task(
-    files: dict[str, SplitFile], config: EvaluateConfig, pretrained: AlbertForPreTraining, encoder: Encoder
+    splits: TaskSplits, config: EvaluateConfig, pretrained: AlbertForPreTraining, encoder: Encoder
 ) -> dict:
     """Returns, per dev split, the majority score and per training-set size the fine-tuned scores of one task.
 
@@ -335,7 +330,7 @@ def evaluate_task(
     (every example when ``train_sizes`` holds 0): what a single usual fine-tuning is, and one of the runs behind
     the report's largest-size median. Fixed in advance, not the best seed, so its test scores are not cherry-picked.
     """
-    task = load_task(files, encoder)
+    task = load_task(splits, encoder)
     train_labels = [t[-1] for t in task.train]
     splits: dict[str, dict[str, Any]] = {
         split: {
@@ -347,7 +342,8 @@ def evaluate_task(
     }
     predictions: dict[str, dict[str, dict[str, list]]] = {split: {} for split in task.devs}
     sizes = train_sizes(config.train_sizes, len(task.train))
-    choices = choose_lrs(task, pretrained, config)
+    ids = [str(i) for i in range(len(task.train))]  # the examples named by position in the train file
+    choices = choose_lrs(pretrained, config, ids, task.spec.name, functools.partial(_slice_score, task, config))
     lrs = {start: choice.lr for start, choice in choices.items()}
     for size in sizes:
         summaries, by_split, audited = evaluate_size(task, size, pretrained, config, lrs, audit=size == sizes[-1])
@@ -384,12 +380,10 @@ def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, bat
     for start in range(0, min(len(dataset), batches * batch_size), batch_size):
         batch = collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"])
-        real = batch["masked_lm_ids"] != IGNORE_INDEX
-        correct += int((out.prediction_logits.argmax(-1) == batch["masked_lm_ids"])[real].sum())
-        masked += int(real.sum())
-        targets.update(batch["masked_lm_ids"][real].tolist())
-        pair_correct += int((out.sop_logits.argmax(-1) == batch["sentence_order_label"]).sum())
-        pairs += len(batch["index"])
+        mlm_hits, pair_hits = prediction_hits(out, batch)
+        correct, masked = correct + int(mlm_hits.sum()), masked + mlm_hits.numel()
+        pair_correct, pairs = pair_correct + int(pair_hits.sum()), pairs + pair_hits.numel()
+        targets.update(batch["masked_lm_ids"][batch["masked_lm_ids"] != IGNORE_INDEX].tolist())
     kind = dataset.manifest.inter_sentence
     # most_common breaks ties by first occurrence: the same id on every run over the same rows
     frequent_id, frequent_count = targets.most_common(1)[0] if targets else (None, 0)
@@ -439,13 +433,8 @@ def _load_checkpoint(config: EvaluateConfig) -> tuple[AlbertForPreTraining, Enco
     if not os.path.exists(config.checkpoint):  # torch.load's own error would suggest a truncated file
         raise FileNotFoundError(f"{config.checkpoint}: no checkpoint file or Hugging Face folder there")
     pretrained, normalizer = load_pretrained(config.checkpoint)
-    encoder = Encoder(config.spiece, config.max_seq_length, normalizer)
-    if encoder.sp.get_piece_size() != pretrained.config.vocab_size:
-        raise ValueError(
-            f"{config.spiece}: {encoder.sp.get_piece_size()} pieces, but {config.checkpoint} was trained with "
-            f"vocab_size {pretrained.config.vocab_size}"
-        )
-    return pretrained, encoder
+    load_spiece(config.spiece, pretrained.config.vocab_size, config.checkpoint)
+    return pretrained, Encoder(config.spiece, config.max_seq_length, normalizer)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -10,12 +10,17 @@ the grid. A one-rate grid skips the selection. Tests: ``python -m pytest tests/t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from albert_lightning.evaluation.finetuning import start_names, starts
+from albert_lightning.evaluation.plan import finetuning_seeds
+from albert_lightning.model import AlbertForPreTraining
 from pipelines.hashes import unit_interval
 
-__all__ = ["LrChoice", "choose_lr", "fixed_rate", "selection_split"]
+__all__ = ["HeldSlice", "LrChoice", "SelectionConfig", "choose_lr", "choose_lrs", "fixed_rate", "selection_split"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +76,47 @@ def choose_lr(lrs: Sequence[float], score: Callable[[float], float]) -> LrChoice
     scores = {f"{lr:g}": score(lr) for lr in lrs}
     best = max(range(len(lrs)), key=lambda i: (scores[f"{lrs[i]:g}"], -i))
     return LrChoice(lrs[best], scores)
+
+
+class SelectionConfig(Protocol):
+    """The knobs of ``evaluate``'s config the choice reads."""
+
+    lrs: list[float]
+    lr_selection_fraction: float
+    seed: int
+    random_baseline: bool
+
+
+@dataclass(frozen=True)
+class HeldSlice:
+    """Which training examples a rate is tried on: indices to fine-tune on, to score on, and the seed to do it with."""
+
+    fit: list[int]
+    held: list[int]
+    seed: int
+
+
+def choose_lrs(
+    pretrained: AlbertForPreTraining,
+    config: SelectionConfig,
+    ids: Sequence[str],
+    task: str,
+    score: Callable[[AlbertForPreTraining, HeldSlice, float], float],
+) -> dict[str, LrChoice]:
+    """Each start's fine-tuning rate (``fixed_rate``, else ``choose_lr`` over ``config.lrs``) for the task ``task``
+    whose training examples are ``ids``: sentence tasks and reading tasks choose the same way.
+
+    Args:
+        score: ``score(network, part, lr)`` fine-tunes a copy of ``network`` at ``lr`` on ``part.fit`` with
+            ``part.seed`` and returns the task's primary score on ``part.held``. The slice is ``selection_split``'s,
+            the seed is the first fine-tuning seed; dev and test play no part.
+    """
+    fixed = fixed_rate(config.lrs, start_names(config.random_baseline))
+    if fixed is not None:
+        return fixed
+    seed = finetuning_seeds(config.seed, 1)[0]
+    part = HeldSlice(*selection_split(ids, task, config.lr_selection_fraction), seed)
+    return {
+        start: choose_lr(config.lrs, functools.partial(score, network, part))
+        for start, network in starts(pretrained, seed, config.random_baseline)
+    }

@@ -1,8 +1,8 @@
 """The evaluation's outputs: per-size summaries over seeds, ``metrics.json``, ``report.md`` and the learning curve.
 
 ``summarise`` turns the dev predictions of every (seed, start) into medians over seeds, the per-seed primary
-scores and the median gain with its bootstrap interval (``bootstrap.py``). ``write_report`` writes
-``metrics.json`` (what ``dvc metrics show`` lists and ``ablation_report.py`` reads), ``report.md``,
+scores and the median gain with its bootstrap interval (``intervals.py``). ``write_report`` writes
+``metrics.json`` (what ``dvc metrics show`` lists and ``ablations/report.py`` reads), ``report.md``,
 ``learning_curve.csv`` (``dvc plots show``) and ``learning_curve.png``. Numbers are rounded to 4 decimals so
 the files are stable. ``write_predictions`` and ``read_predictions`` are both sides of the per-example
 predictions files (``predictions/<task>/<split>.jsonl``), which the ablation report pairs runs on;
@@ -11,6 +11,7 @@ predictions files (``predictions/<task>/<split>.jsonl``), which the ablation rep
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -18,13 +19,14 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from albert_lightning.evaluation.intervals import GainInterval, median_gain_interval
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.task_files import TaskSpec
+from pipelines import files
 
 __all__ = [
     "STARTS",
@@ -54,32 +56,25 @@ def round_score(value: float) -> float:
 
 
 def rounded_gain(gain: GainInterval) -> dict[str, float]:
-    """A ``bootstrap.median_gain_interval`` result as the report holds it."""
+    """An ``intervals.median_gain_interval`` result as the report holds it."""
     return {"median": round_score(gain.median), "low": round_score(gain.low), "high": round_score(gain.high)}
 
 
-def write_all_atomically(writers: dict[Path, Callable[[Path], None]]) -> None:
-    """Has each writer write its file under a temporary name beside it, then renames them all into place.
+def write_all_atomically(writers: dict[Path, Callable[[BinaryIO], None]]) -> None:
+    """Has each writer write its file through ``files.open_atomically``, all of them open at once, so that the
+    renames into place come only after every file is written.
 
     A reader never sees half a file, and a failure before the renames (a report that cannot be drawn, a full
     disk) leaves the previous files as they were: after a crash the folder holds the last complete results.
     """
-    temporary = {path: path.with_name(f".{path.name}.tmp") for path in writers}
-    try:
+    with contextlib.ExitStack() as stack:
         for path, write in writers.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write(temporary[path])
-        for path, temp in temporary.items():
-            os.replace(temp, path)
-    finally:
-        for temp in temporary.values():
-            temp.unlink(missing_ok=True)
+            write(stack.enter_context(files.open_atomically(os.fspath(path))))
 
 
-def text_writer(text: str) -> Callable[[Path], None]:
-    """A writer for ``write_all_atomically`` of ``text``, UTF-8."""
-    # newline="": the text is written as built (the csv module's own \r\n line ends stay as they were)
-    return lambda path: path.write_text(text, encoding="utf-8", newline="")
+def text_writer(text: str) -> Callable[[BinaryIO], None]:
+    """A writer for ``write_all_atomically`` of ``text``, UTF-8, written as built (no line-end translation)."""
+    return lambda f: f.write(text.encode("utf-8"))
 
 
 def summarise(
@@ -158,7 +153,7 @@ def write_predictions(
 
     A line is ``{"index": i, "id": the file's id or null, "label": gold or null, "prediction": p, "score": s,
     "pretrained": {"<train size>": [one per seed]}, "random_init": {...}}``. ``prediction`` and ``score`` are the
-    audited run's (``evaluate.py`` says which run that is); the per-start entries hold every run that was scored
+    audited run's (``evaluation/cli.py`` says which run that is); the per-start entries hold every run that was scored
     on the split (dev splits; none for test splits, which only the audited run predicts). ``index`` is the
     example's position among the split's data rows.
 
@@ -181,7 +176,7 @@ def write_predictions(
                 size: [_value(spec, row[i]) for row in by_start[start]] for size, by_start in predictions.items()
             }
         lines.append(json.dumps(line) + "\n")
-    write_all_atomically({Path(path): text_writer("".join(lines))})
+    files.write_text_atomically(os.fspath(path), "".join(lines))
 
 
 def write_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Sequence) -> None:
@@ -189,7 +184,7 @@ def write_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Se
     file's own, or its position without one) and its label string (a float for STS-B)."""
     rows = [f"{i if example_id is None else example_id}\t{_value(spec, v)}" for i, (example_id, v) in
             enumerate(zip(ids, values, strict=True))]  # fmt: skip
-    write_all_atomically({Path(path): text_writer("\n".join(["index\tprediction", *rows]) + "\n")})
+    files.write_text_atomically(os.fspath(path), "\n".join(["index\tprediction", *rows]) + "\n")
 
 
 def read_predictions(path: str | Path) -> DevPredictions:
@@ -281,7 +276,7 @@ def curve_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(report: dict[str, Any], path: str | Path) -> None:
+def _plot(report: dict[str, Any], out: BinaryIO) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on CI or under dvc repro
@@ -303,14 +298,14 @@ def _plot(report: dict[str, Any], path: str | Path) -> None:
         axis.set(xscale="log", title=f"{name} ({split})", xlabel="train examples", ylabel=f"dev {metric}")
         axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(path, dpi=100, format="png")  # format: the file is written under a temporary name first
+    figure.savefig(out, dpi=100, format="png")  # format: a file object has no suffix to take it from
     plt.close(figure)
 
 
 def write_report(report: dict[str, Any], output: str) -> str:
     """Writes metrics.json, report.md, learning_curve.csv and learning_curve.png to ``output``; returns report.md.
 
-    The four files are replaced together (``_write_all``): ``evaluate`` rewrites them after every task, and a
+    The four files are replaced together (``write_all_atomically``): ``evaluate`` rewrites them after every task, and a
     failure while writing leaves the previous complete set.
     """
     table = markdown_table(report)
@@ -323,6 +318,6 @@ def write_report(report: dict[str, Any], output: str) -> str:
         folder / "metrics.json": text_writer(json.dumps(report, indent=2, sort_keys=True) + "\n"),
         folder / "report.md": text_writer(table),
         folder / "learning_curve.csv": text_writer(curve.getvalue()),
-        folder / "learning_curve.png": lambda path: _plot(report, path),
+        folder / "learning_curve.png": lambda f: _plot(report, f),
     })  # fmt: skip
     return table

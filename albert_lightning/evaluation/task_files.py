@@ -78,7 +78,7 @@ class TaskSpec:
     label_column: str = "label"  # column of the label (or regression score)
     headerless_columns: tuple[str, ...] = ()  # column names of train/dev TSVs without a header row (CoLA)
     skip_malformed: bool = False  # skip and count rows with the wrong field count (QQP) instead of failing
-    paper_metric: str | None = None  # the metric the paper's GLUE dev numbers are in (albert_facts §6.1)
+    paper_metric: str | None = None  # the metric the paper's GLUE dev numbers are in
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -123,7 +123,7 @@ HPARAM_NAMES = ("learning_rate", "batch_size", "albert_dropout", "classifier_dro
 
 
 def _hp(lr: float, batch: int, dropout: float, steps: int, warmup: int) -> dict[str, float]:
-    # Paper Table 14 (albert_facts §6.3): classifier dropout is 0.1 and max length 512 for every GLUE task.
+    # Paper Table 14: classifier dropout is 0.1 and max length 512 for every GLUE task.
     return dict(zip(HPARAM_NAMES, (lr, batch, dropout, 0.1, steps, warmup), strict=True), max_seq_length=512)
 
 

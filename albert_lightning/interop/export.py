@@ -2,28 +2,45 @@
 
     python -m albert_lightning.export --checkpoint data/pretrain/last.ckpt \
         --spiece data/vocab/spiece.model --output data/export
+
+Knobs: the ``export`` section of ``params.yaml`` (the export stage's paths), each also a ``--flag``.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 
 from albert_lightning.checkpoints import read_pretraining_checkpoint
 from albert_lightning.interop.hf import export_hf
 from pipelines.commands import main as run_command
+from pipelines.params import parse_config
 
-__all__ = ["main"]
+__all__ = ["ExportConfig", "main"]
+
+
+@dataclasses.dataclass
+class ExportConfig:
+    """The ``export`` section of params.yaml; each field is also a ``--flag``."""
+
+    checkpoint: str = dataclasses.field(
+        default="data/pretrain/checkpoints/last.ckpt",
+        metadata={"help": "Lightning checkpoint file of the pretraining run"},
+    )
+    # None without a params file: only the weights, as before the params section existed
+    spiece: str | None = dataclasses.field(
+        default=None, metadata={"help": "spiece.model to export with the weights (tokenizer files)"}
+    )
+    output: str = dataclasses.field(
+        default="data/export", metadata={"help": "folder to write (config.json, model.safetensors, ...)"}
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parses the command line and writes the export folder."""
-    parser = argparse.ArgumentParser(prog="python -m albert_lightning.export", description=__doc__.split("\n")[0])
-    parser.add_argument("--checkpoint", required=True, help="Lightning checkpoint file of the pretraining run")
-    parser.add_argument("--spiece", help="spiece.model to export with the weights (tokenizer files)")
-    parser.add_argument("--output", required=True, help="folder to write (config.json, model.safetensors, ...)")
-    args = parser.parse_args(argv)
-    model, normalizer = read_pretraining_checkpoint(args.checkpoint)
-    export_hf(model, model.config, args.output, args.spiece, normalizer)
+    """Parses the command line (flags over params.yaml's ``export`` section) and writes the export folder."""
+    prog, description = "python -m albert_lightning.export", __doc__.split("\n")[0]
+    config = parse_config(argv, ExportConfig, "export", {}, description, prog=prog).config
+    model, normalizer = read_pretraining_checkpoint(config.checkpoint)
+    export_hf(model, model.config, config.output, config.spiece, normalizer)
 
 
 def command() -> None:

@@ -23,7 +23,7 @@ from torch import nn
 
 from albert_lightning.heads import HEADS, MultipleChoice, SequenceClassifier, SpanExtractor
 from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
-from pipelines.textnorm import Normalizer
+from pipelines.textnorm import Normalizer, hf_normalizer, normalizer_of, tokenizer_settings
 from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
 
 __all__ = [
@@ -34,10 +34,11 @@ __all__ = [
     "hf_normalizer",
     "import_hf",
     "normalizer_of",
+    "read_hf",
     "tokenizer_settings",
 ]
 
-# ALBERT's special-token layout (DESIGN.md §2), as AlbertTokenizer names them.
+# ALBERT's special-token layout (pipelines/vocab_layout.py), as AlbertTokenizer names them.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
 SPECIAL_TOKENS |= {"mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}
 SPECIAL_IDS = {piece: i for i, piece in enumerate(SPECIAL_PIECES)}
@@ -90,26 +91,6 @@ def hf_config(config: AlbertConfig, dtype: torch.dtype = torch.float32, architec
     }
 
 
-def tokenizer_settings(normalizer: Normalizer) -> dict[str, bool]:
-    """AlbertTokenizer's switches (tokenizer_config.json) that normalise as ``normalizer`` does."""
-    return {"do_lower_case": normalizer.lower_case, "keep_accents": not normalizer.strip_accents}
-
-
-def normalizer_of(settings: dict) -> Normalizer:
-    """The inverse of ``tokenizer_settings``; a switch ``settings`` lacks has AlbertTokenizer's default, ours too."""
-    defaults = tokenizer_settings(Normalizer())
-    return Normalizer(
-        lower_case=settings.get("do_lower_case", defaults["do_lower_case"]),
-        strip_accents=not settings.get("keep_accents", defaults["keep_accents"]),
-    )
-
-
-def hf_normalizer(folder: str | Path) -> Normalizer:
-    """How a Hugging Face folder's tokenizer normalises text: its tokenizer_config.json, else the defaults."""
-    path = Path(folder) / "tokenizer_config.json"
-    return normalizer_of(json.loads(path.read_text()) if path.exists() else {})
-
-
 def export_hf(
     model: nn.Module,
     config: AlbertConfig,
@@ -135,7 +116,7 @@ def export_hf(
     encoder_config = model.config if isinstance(model, AlbertForPreTraining) else model.albert.config
     if config != encoder_config:
         raise ValueError(f"export_hf: config {config} is not the model's {encoder_config}")
-    sp = None if spiece_model is None else _checked_spiece(Path(spiece_model), config.vocab_size)
+    sp = None if spiece_model is None else load_spiece(spiece_model, config.vocab_size, "the checkpoint")
     folder = Path(folder)
     check_export_target(folder)
     # Written beside the target and renamed when complete: a failed export never leaves a folder that looks
@@ -193,13 +174,6 @@ def _replace(folder: Path, new: Path) -> None:
     shutil.rmtree(old)
 
 
-def _checked_spiece(path: Path, vocab_size: int) -> sentencepiece.SentencePieceProcessor:
-    sp = load_spiece(path)  # ALBERT's id layout, or an error naming the file and the wrong id
-    if sp.get_piece_size() != vocab_size:
-        raise ValueError(f"{path}: {sp.get_piece_size()} pieces, but the checkpoint's vocab_size is {vocab_size}")
-    return sp
-
-
 def _write_model(model: nn.Module, config: AlbertConfig, folder: Path) -> None:
     # isinstance: FSDP2 swaps a sharded module's class for a subclass of it
     architecture = next(name for kind, name in ARCHITECTURES.items() if isinstance(model, kind))
@@ -232,27 +206,42 @@ def import_hf(folder: str | Path) -> AlbertForPreTraining:
         FileNotFoundError: if the folder has no config.json or no weights.
         ValueError: naming the file, for keys or shapes that do not match our model.
     """
+    config, state, missing = read_hf(folder)
+    if missing:
+        warnings.warn(f"{folder} has no {missing}; they keep their random init", stacklevel=2)
+    model = AlbertForPreTraining(config)
+    model.load_state_dict(state, strict=False)  # keys checked by read_hf; only optional heads may be missing
+    return model
+
+
+def read_hf(folder: str | Path) -> tuple[AlbertConfig, dict[str, torch.Tensor], list[str]]:
+    """Reads a transformers ALBERT folder: its config, its tensors under our names (both names of a tied pair),
+    and the optional heads it lacks (``import_hf``'s rules, without building the model's weights).
+
+    Raises:
+        FileNotFoundError: if the folder has no config.json or no weights.
+        ValueError: naming the file, for keys or shapes that do not match our model.
+    """
     folder = Path(folder)
     config_file = folder / "config.json"
+    if not config_file.exists():
+        raise FileNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
     config = _config_from_hf(json.loads(config_file.read_text()), config_file)
     weights_file, state = _read_weights(folder)
-    model = AlbertForPreTraining(config)
     state = {name: tensor for name, tensor in state.items() if name not in _IGNORED}
     state = with_tied_weights(state, str(weights_file))
-    expected = {name: t.shape for name, t in model.state_dict().items()}
+    with torch.device("meta"):  # shapes only
+        expected = {name: t.shape for name, t in AlbertForPreTraining(config).state_dict().items()}
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
     if [name for name in missing if not name.startswith(_OPTIONAL)] or unexpected:
         raise ValueError(f"{weights_file}: missing keys {missing}, unexpected keys {unexpected}")
-    if missing:
-        warnings.warn(f"{weights_file} has no {missing}; they keep their random init", stacklevel=2)
     for name, tensor in state.items():
         if tensor.shape != expected[name]:
             raise ValueError(
                 f"{weights_file}: {name} has shape {list(tensor.shape)}, {config_file} implies {list(expected[name])}"
             )
-    model.load_state_dict(state, strict=False)  # keys checked above; only optional heads may be missing
-    return model
+    return config, state, missing
 
 
 def _config_from_hf(hf: dict, path: Path) -> AlbertConfig:

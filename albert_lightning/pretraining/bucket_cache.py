@@ -31,7 +31,6 @@ import hashlib
 import os
 import stat
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -84,10 +83,10 @@ def local_folder(data_dir: str | os.PathLike, cache_dir: str | os.PathLike | Non
     _delete_abandoned(blobs.glob(".tmp-*"))
     for name, size, sha256 in manifest.files():
         blob = _fetched(files.download, files.join(remote, name), blobs, size, sha256)
-        with _renamed_into(_inside(folder, name)) as tmp:
-            tmp.symlink_to(blob)
-    with _renamed_into(_inside(folder, MANIFEST)) as tmp:  # last, as in the remote folder
-        _create(tmp, text)
+        with files.renamed_into_place(os.fspath(_inside(folder, name))) as tmp:
+            Path(tmp).symlink_to(blob)
+    with files.renamed_into_place(os.fspath(_inside(folder, MANIFEST))) as tmp:  # last, as in the remote folder
+        _create(Path(tmp), text)
     return os.fspath(folder)
 
 
@@ -122,27 +121,33 @@ def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, siz
 
     ``download(remote, local)`` copies the file and returns the sha256 of the bytes it wrote.
     """
+    from pipelines import files  # only here for a remote folder, as in local_folder
+
     blob = _inside(blobs, sha256)
     with _locked(_inside(blobs, f"{sha256}.lock")):
         if stat.S_ISREG(_mode(blob)) and file_mismatch(blob, size, sha256) is None:
             return blob
         blob.unlink(missing_ok=True)  # partial, corrupt or a planted link (unlink removes the link itself)
         for _ in range(DOWNLOAD_ATTEMPTS):
-            tmp = _inside(blobs, f".tmp-{uuid.uuid4().hex}-{sha256}")
-            _create(tmp)  # so that the download opens a file of its own, not a link someone put there
             try:
-                actual = download(remote, tmp)
-                if actual == sha256:
-                    tmp.replace(blob)
-                    return blob
+                with files.renamed_into_place(os.fspath(blob)) as tmp:
+                    _create(Path(tmp))  # so that the download opens a file of its own, not a link someone put there
+                    actual = download(remote, Path(tmp))
+                    if actual != sha256:
+                        raise _Mismatch  # the temporary file goes, and the download is tried again
+                return blob
+            except _Mismatch:
+                continue
             except FileNotFoundError as err:
                 raise FileNotFoundError(f"{remote}: listed in its folder's {MANIFEST} but missing") from err
-            finally:
-                tmp.unlink(missing_ok=True)
     raise ValueError(
         f"{remote}: sha256 {actual} in {DOWNLOAD_ATTEMPTS} downloads, but {MANIFEST} says {sha256}: the file "
         "changed after its manifest was written; rerun the instances stage"
     )
+
+
+class _Mismatch(Exception):
+    """A download whose bytes are not the manifest's: its temporary file is deleted, not renamed into place."""
 
 
 def _delete_abandoned(temporaries: Iterable[Path]) -> None:
@@ -181,14 +186,3 @@ def _mode(path: Path) -> int:
         return path.lstat().st_mode
     except FileNotFoundError:
         return 0
-
-
-@contextlib.contextmanager
-def _renamed_into(path: Path) -> Iterator[Path]:
-    """Yields a temporary sibling of ``path`` to create, renamed over ``path`` when the block succeeds."""
-    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-    try:
-        yield tmp
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)

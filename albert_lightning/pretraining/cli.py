@@ -73,6 +73,7 @@ class AlbertCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.inter_sentence", "model.inter_sentence", apply_on="instantiate")
         parser.link_arguments("data.normalizer", "model.normalizer", apply_on="instantiate")
+        parser.link_arguments("data.spiece_sha256", "model.spiece_sha256", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         trainer = self.config["trainer"]
@@ -167,7 +168,7 @@ def cli_main(args: list[str] | None = None) -> AlbertCLI:
         warnings.filterwarnings("ignore", LEAF_SPEC, FutureWarning, LEAF_SPEC_MODULE)
         # LightningCLI calls jsonargparse APIs deprecated in jsonargparse 4.49 (add_instantiator, skip_none, ...).
         # They work unchanged in 4.x; the notices are for Lightning's maintainers, and our own calls into
-        # jsonargparse (fit.py) are not covered by this filter.
+        # jsonargparse (AlbertCLI, above) are not covered by this filter.
         warnings.filterwarnings("ignore", JSONARGPARSE_NOTICE, DeprecationWarning, LIGHTNING_CLI_MODULE)
         cli = AlbertCLI(
             AlbertPretraining,

@@ -7,7 +7,7 @@
   ``perm[g·W·B : (g+1)·W·B]`` and rank r takes the r-th block of B, so any world size sees the same global
   batches. Its state (epoch, batches done, seed, world size) makes mid-epoch resumption exact.
 - ``ShardDataModule`` ties them together for Lightning and checkpoints the loader position. A remote
-  ``data_dir`` (s3://...) is read from a local copy that ``shard_cache`` downloads once and checks.
+  ``data_dir`` (s3://...) is read from a local copy that ``bucket_cache`` downloads once and checks.
 """
 
 from __future__ import annotations
@@ -306,6 +306,10 @@ class ShardDataModule(L.LightningDataModule):
     @property
     def inter_sentence(self) -> str:
         return self.manifest.inter_sentence
+
+    @property
+    def spiece_sha256(self) -> str:
+        return self.manifest.spiece_sha256
 
     @property
     def normalizer(self) -> dict[str, bool]:

@@ -14,14 +14,25 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
 
-from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining, PreTrainingOutput
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.pretraining.data import IGNORE_INDEX
+from albert_lightning.pretraining.start import check_shards, load_start, read_start, start_config
 from albert_lightning.sharding import clip_grad_norm, shard_albert
 from pipelines.sop import INTER_SENTENCE_MODES
+from pipelines.textnorm import Normalizer
 
-__all__ = ["AlbertPretraining", "is_last_step"]
+__all__ = ["AlbertPretraining", "is_last_step", "prediction_hits"]
+
+
+def prediction_hits(out: PreTrainingOutput, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Whether each real masked token (padding left out) and each sentence pair got its label as the model's top
+    score: the MLM and SOP (or NSP) accuracies' counts, for validation and for ``evaluate``'s intrinsic scores."""
+    labels = batch["masked_lm_ids"]  # [B, P], IGNORE_INDEX at padding
+    mlm = (out.prediction_logits.argmax(-1) == labels)[labels != IGNORE_INDEX]
+    return mlm, out.sop_logits.argmax(-1) == batch["sentence_order_label"]
 
 
 def is_last_step(trainer: L.Trainer) -> bool:
@@ -49,6 +60,11 @@ class AlbertPretraining(L.LightningModule):
         total_steps: optimizer steps to decay to 0 over; None takes the trainer's estimate.
         gradient_clip_norm: clip the global gradient norm to this (works on sharded gradients); 0 disables it.
         activation_checkpointing: recompute each transformer layer in backward to save activation memory.
+        init_from: a network to continue pretraining (a Hugging Face ALBERT folder, an export, or a pretraining
+            checkpoint): its shape replaces ``preset`` (``config_overrides`` may change dropout only), its weights
+            the random init; the shards must share its vocabulary and normalisation (``pretraining/start.py``).
+        spiece_sha256: the hash of the shards' ``spiece.model`` (linked from the data module by ``fit``), recorded
+            so that a run continued from this one can check its vocabulary.
     """
 
     def __init__(
@@ -65,11 +81,18 @@ class AlbertPretraining(L.LightningModule):
         total_steps: int | None = None,
         gradient_clip_norm: float = 1.0,
         activation_checkpointing: bool = False,
+        init_from: str | None = None,
+        spiece_sha256: str | None = None,
     ) -> None:
         super().__init__()
         if inter_sentence not in INTER_SENTENCE_MODES:
             raise ValueError(f"inter_sentence={inter_sentence!r}: choose one of {INTER_SENTENCE_MODES}")
-        self.config = AlbertConfig.preset(preset, vocab_size=vocab_size, **(config_overrides or {}))
+        # Read once, on every rank; configure_model copies the weights in before sharding, then lets go of them.
+        self._start = read_start(init_from) if init_from else None
+        if self._start is None:
+            self.config = AlbertConfig.preset(preset, vocab_size=vocab_size, **(config_overrides or {}))
+        else:
+            self.config = start_config(self._start, config_overrides)
         self.save_hyperparameters()
         self.hparams["config"] = dataclasses.asdict(self.config)  # what export and evaluation rebuild from
         self.model: AlbertForPreTraining | None = None
@@ -81,9 +104,22 @@ class AlbertPretraining(L.LightningModule):
             return
         self.model = AlbertForPreTraining(self.config)
         self.model.init_weights()
+        if self._start is not None:
+            load_start(self.model, self._start)
+            if self._start.missing:
+                rank_zero_warn(f"{self._start.path} has no {self._start.missing}; initialised as a new model's")
+            self._start = None
         mesh = getattr(self, "_device_mesh", None)
         if mesh is not None:
             shard_albert(self.model, mesh["data_parallel"], self.hparams.activation_checkpointing)
+
+    def setup(self, stage: str) -> None:
+        # Before any step and before the weights are copied in: shards of another vocabulary or normalisation
+        # would train the start on ids that mean other pieces.
+        if self._start is not None:
+            h = self.hparams
+            shards = getattr(self.trainer.datamodule, "data_dir", None) or "the shards"
+            check_shards(self._start, h.vocab_size, h.spiece_sha256, Normalizer(**(h.normalizer or {})), shards)
 
     def forward(self, batch: dict[str, torch.Tensor]):
         return self.model(
@@ -96,14 +132,10 @@ class AlbertPretraining(L.LightningModule):
         logits = out.prediction_logits.float()  # [B, P, V]
         labels = batch["masked_lm_ids"]  # [B, P], IGNORE_INDEX at padding
         mlm = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
-        real = labels != IGNORE_INDEX
-        metrics = {
-            "mlm_loss": mlm,
-            "mlm_accuracy": (logits.argmax(-1) == labels)[real].float().mean(),
-        }
-        sop_logits = out.sop_logits.float()
-        metrics["sop_loss"] = F.cross_entropy(sop_logits, batch["sentence_order_label"])
-        metrics["sop_accuracy"] = (sop_logits.argmax(-1) == batch["sentence_order_label"]).float().mean()
+        mlm_hits, pair_hits = prediction_hits(out, batch)
+        metrics = {"mlm_loss": mlm, "mlm_accuracy": mlm_hits.float().mean()}
+        metrics["sop_loss"] = F.cross_entropy(out.sop_logits.float(), batch["sentence_order_label"])
+        metrics["sop_accuracy"] = pair_hits.float().mean()
         use_second = self.hparams.inter_sentence != "none"
         metrics["loss"] = mlm + metrics["sop_loss"] if use_second else mlm
         return metrics

@@ -3,7 +3,7 @@ and multiple choice (RACE).
 
 A task is fine-tuned as the sentence tasks are (``evaluate``): per training-set size and seed, from the checkpoint
 and from random weights of its shape, on the same subset; scored on dev with the official definitions
-(``reading_metrics``), with the median over seeds and the gain's 95% interval; beside a baseline that needs no
+(``reading.metrics``), with the median over seeds and the gain's 95% interval; beside a baseline that needs no
 model: for spans the first sentence's object (the first sentence of the context without its first word: what a
 docstring's "Return …" opening answers), for RACE the most frequent answer letter of the training set.
 
@@ -21,7 +21,9 @@ The audited run (the pretrained start's first seed on the largest training set) 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +33,18 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, run_finetuning, start_names, starts
+from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, run_finetuning, starts
 from albert_lightning.evaluation.intervals import median_gain_interval
-from albert_lightning.evaluation.lr_selection import LrChoice, choose_lr, fixed_rate, selection_split
+from albert_lightning.evaluation.lr_selection import HeldSlice, choose_lrs
 from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
 from albert_lightning.evaluation.reading.files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
 from albert_lightning.evaluation.reading.metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
 from albert_lightning.evaluation.reading.spans import Window, decode, make_windows
-from albert_lightning.evaluation.report import STARTS, round_score, rounded_gain, text_writer, write_all_atomically
+from albert_lightning.evaluation.report import STARTS, round_score, rounded_gain
 from albert_lightning.evaluation.task_files import TaskDataError, read_task_config
 from albert_lightning.interop.hf import check_export_target, export_hf
 from albert_lightning.model import AlbertForPreTraining
+from pipelines.files import write_text_atomically
 
 __all__ = ["READING_TASKS", "ReadingTask", "evaluate_reading_task", "first_sentence_object", "reading_task"]
 
@@ -155,11 +158,9 @@ def _training_rows(task: ReadingTask, inputs: list[Any]) -> list[tuple[list[list
     """The rows fine-tuning trains on: ``_rows``, less the windows without the answer when every question has one.
 
     The reference trains every window, a window without the answer pointing at [CLS]. Its 384-piece windows hold
-    most SQuAD contexts whole; at this project's 64 they cut a context into several, and on the embedded ``returns``
-    task ~4 in 5 windows held no answer. Their [CLS] target then drowned the answer windows' loss: with 128
-    questions, F1 on dev 0.05 (pretrained) and 0.27 (random init) at lr 2e-3, against 0.42 and 0.50 trained on
-    the answer windows alone (docs/evaluation.md has the measurements). A SQuAD 1.1 prediction never
-    abstains, so [CLS] has nothing to learn there; SQuAD 2.0 keeps every window, as [CLS] is its no-answer score.
+    most SQuAD contexts whole; at this project's 64 most windows hold no answer, and their [CLS] target drowned the
+    answer windows' loss (docs/evaluation.md has the measurements). A SQuAD 1.1 prediction never abstains, so
+    [CLS] has nothing to learn there; SQuAD 2.0 keeps every window, as [CLS] is its no-answer score.
     """
     rows = _rows(task, inputs)
     if task.head != "span" or task.version == "2.0":
@@ -283,29 +284,17 @@ def _summary(
     return summary
 
 
-def _choose_lrs(
-    task: ReadingTask, inputs: _Inputs, pretrained: AlbertForPreTraining, config: Any
-) -> dict[str, LrChoice]:
-    """Each start's fine-tuning rate: the grid's best on a held slice of the training questions
-    (``lr_selection``), fine-tuned on the rest with the first seed. Dev plays no part."""
-    fixed = fixed_rate(config.lrs, start_names(config.random_baseline))
-    if fixed is not None:
-        return fixed
-    seed = finetuning_seeds(config.seed, 1)[0]
-    fit, held = selection_split([q.id for q in task.train], task.name, config.lr_selection_fraction)
-    rows = _training_rows(task, [inputs.train[i] for i in fit])
-    sliced = dataclasses.replace(task, dev=[task.train[i] for i in held])
+def _slice_score(
+    task: ReadingTask, inputs: _Inputs, config: Any, network: AlbertForPreTraining, part: HeldSlice, lr: float
+) -> float:
+    """The primary score on the held training questions of ``network`` fine-tuned at ``lr`` on the rest
+    (``lr_selection.choose_lrs``'s ``score``); dev plays no part."""
+    rows = _training_rows(task, [inputs.train[i] for i in part.fit])
+    sliced = dataclasses.replace(task, dev=[task.train[i] for i in part.held])
     steps = finetuning_steps(len(rows), config.epochs, config.batch_size, config.min_steps, config.max_steps)
-    choices = {}
-    for start, network in starts(pretrained, seed, config.random_baseline):
-
-        def score(lr: float, network: AlbertForPreTraining = network) -> float:
-            trainer, module = _finetune(network, task, rows, steps, seed, config, lr)
-            predictions = _predict(trainer, module, sliced, [inputs.train[i] for i in held], config)
-            return _scores(sliced, predictions)[0][task.primary]
-
-        choices[start] = choose_lr(config.lrs, score)
-    return choices
+    trainer, module = _finetune(network, task, rows, steps, part.seed, config, lr)
+    predictions = _predict(trainer, module, sliced, [inputs.train[i] for i in part.held], config)
+    return _scores(sliced, predictions)[0][task.primary]
 
 
 def _size(
@@ -354,7 +343,7 @@ def _write_audit(
             row = {"id": question.id, "answers": [a.text for a in question.answers], "prediction": prediction.text,
                    "null_score_diff": round_score(prediction.null_score_diff)}  # fmt: skip
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
-    write_all_atomically({Path(config.output) / "predictions" / task.name / "dev.jsonl": text_writer("".join(lines))})
+    write_text_atomically(os.path.join(config.output, "predictions", task.name, "dev.jsonl"), "".join(lines))
     network = module.network
     export_hf(network, network.albert.config, Path(config.output) / "finetuned" / task.name, config.spiece,
               encoder.normalize)  # fmt: skip
@@ -363,7 +352,7 @@ def _write_audit(
 def evaluate_reading_task(
     task: ReadingTask, config: Any, pretrained: AlbertForPreTraining, encoder: Encoder
 ) -> dict[str, Any]:
-    """Returns a reading task's report entry (the shape of ``evaluate.evaluate_task``'s: per dev split the
+    """Returns a reading task's report entry (the shape of ``evaluation.cli.evaluate_task``'s: per dev split the
     baseline and per training-set size the fine-tuned scores), writing the audited run's files.
 
     Raises:
@@ -373,7 +362,8 @@ def evaluate_reading_task(
     inputs = _encode(task, encoder, config)
     sizes = train_sizes(config.train_sizes, len(inputs.train))
     split = {"examples": len(task.dev), "majority": baseline(task), "baseline": _baseline_name(task), "sizes": {}}
-    choices = _choose_lrs(task, inputs, pretrained, config)
+    score = functools.partial(_slice_score, task, inputs, config)
+    choices = choose_lrs(pretrained, config, [q.id for q in task.train], task.name, score)
     lrs = {start: choice.lr for start, choice in choices.items()}
     for size in sizes:
         audit = size == sizes[-1]
