@@ -7,12 +7,12 @@ prediction budget, skipped when it overlaps a chosen span; each chosen token bec
 
 - word starts are found for every script: a piece starting with "▁", a CJK character or punctuation starts a
   word, and so does any piece after one ending in CJK or punctuation, so each CJK character is a word
-  (the reference counts every non-ASCII piece as a word start);
+  (the reference counts every non-ASCII piece as a word start: google-research/albert issue 161);
 - a bare "▁" is the space of the word after it (SentencePiece writes " (" as "▁", "(" when "▁(" is not in the
   vocabulary), so the next piece joins its word even when it would start a word of its own. The reference's
-  per-piece start test (documented upstream to misgroup pieces) makes "▁" a word alone; masking it asks
-  the model to predict a space, which frequency alone teaches, in a scarce prediction slot (8 % of targets on
-  wikitext), whereas BERT's WordPiece whole-word masking never exposes whitespace;
+  per-piece start test (which misgroups pieces, google-research/albert issue 161) makes "▁" a word alone;
+  masking it asks the model to predict a space, which frequency alone teaches, in a scarce prediction slot
+  (8 % of targets on wikitext), whereas BERT's WordPiece whole-word masking never exposes whitespace;
 - a span never crosses a special token, so an n-gram never straddles ``[SEP]``;
 - random replacements never draw a special token, and special tokens are never candidates;
 - every number is a counter-based draw addressed by (row key, stream, word or position), see

@@ -4,7 +4,8 @@ Follows google-research/albert ``create_instances_from_document``, with these de
 
 - each (seed, document, duplicate) has its own generator, so every pair is reproducible alone;
 - SOP negatives are always swaps of two consecutive segments. A chunk holding one sentence is split inside that
-  sentence (at a word start) instead of borrowing a random document as the reference does;
+  sentence (at a word start) instead of borrowing a random document as the reference does
+  (google-research/albert issue 234);
 - an over-long pair is trimmed at its outer ends only (the start of the earlier part, the end of the later one),
   never between the two parts, so B is always the text right after A (the reference trims either end at random);
 - the target length is drawn again for every chunk rather than once per document, so that ``short_seq_prob``

@@ -1,9 +1,10 @@
 """The vocab stage: a deterministic, bounded sentence sample → SentencePiece unigram model with ALBERT's ids.
 
 Owns ``VocabConfig``, the ``SampleSentences`` PTransform and ``train_vocab``. SentencePiece loads every
-training sentence into memory and builds a suffix array, so Beam first keeps the ``sample_sentences``
-sentences with the smallest stable hash (memory O(sample), the same whatever the runner or worker count),
-writes them sorted by hash to one file, and SentencePiece trains on that file alone. Run::
+training sentence into memory and builds a suffix array (google/sentencepiece issue 708), so Beam first keeps
+the ``sample_sentences`` sentences with the smallest stable hash (memory O(sample), the same whatever the
+runner or worker count), writes them sorted by hash to one file, and SentencePiece trains on that file alone.
+Run::
 
     python -m pipelines.vocab --input data/sentences --output data/vocab
 

@@ -359,3 +359,24 @@ def test_evaluate_chooses_each_starts_rate_on_the_training_slice_only(
         best = max(choice["slice_scores"].values())
         assert choice["slice_scores"][f"{choice['lr']:g}"] == best
     assert json.loads((tmp_path / "metrics.json").read_text())["tasks"]["toy"]["lr"] == choices
+
+
+@pytest.mark.parametrize("with_config", [False, True])
+def test_evaluate_reads_each_file_of_a_task_folder_once(toy_task, tmp_path, monkeypatch, with_config):
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (folder / name).write_bytes((toy_task / name).read_bytes())
+    if with_config:  # read to tell a span task from a sentence task, and for the labels
+        (folder / "task.json").write_text(json.dumps({"labels": ["0", "1"]}))
+    opened: Counter[str] = Counter()
+    real_open = Path.open
+
+    def counting_open(self, *args, **kwargs):
+        opened[self.name] += 1
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    splits = evaluate._read_task(str(folder), evaluate.EvaluateConfig())
+    assert [len(examples) for _, examples in splits.values()] == [12, 6]
+    assert opened == Counter({"train.tsv": 1, "dev.tsv": 1, **({"task.json": 1} if with_config else {})})

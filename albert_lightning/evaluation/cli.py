@@ -55,8 +55,8 @@ from albert_lightning.evaluation.task_files import (
     TaskDataError,
     TaskSpec,
     label_ids,
-    resolve_task,
-    run_splits,
+    read_task_config,
+    task_split_files,
 )
 from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertForPreTraining
@@ -177,19 +177,24 @@ OUTPUT_FOLDERS = ("predictions", "finetuned")
 TaskSplits = dict[str, tuple[SplitFile, list[Example]]]
 
 
-def check_task(name: str, config: EvaluateConfig) -> TaskSplits:
+def check_task(name: str, config: EvaluateConfig, task_config: dict[str, Any]) -> TaskSplits:
     """Reads every file a run of task ``name`` reads, so that a missing or malformed one fails before any
     fine-tuning; returns each split's file and examples, which the run encodes without reading them again.
 
     Raises:
         TaskDataError: An unknown name (with the name probably meant), or a file problem, naming task and file.
     """
-    spec, folder = resolve_task(name, config.glue_dir)
-    files = run_splits(spec, folder)
+    files = task_split_files(name, config.glue_dir, task_config)
     try:
         return {split: (file, file.load()) for split, file in files.items()}
     except TaskDataError as e:
-        raise TaskDataError(f"task {spec.name}: {e}") from e
+        raise TaskDataError(f"task {files['train'].spec.name}: {e}") from e
+
+
+def _read_task(name: str, config: EvaluateConfig) -> ReadingTask | TaskSplits:
+    # task.json says whether a folder holds a span task or a sentence task: read once, for both.
+    task_config = read_task_config(Path(name))
+    return reading_task(name, config.squad_dir, config.race_dir, task_config) or check_task(name, config, task_config)
 
 
 def _encode(spec: TaskSpec, examples: list[Example], encoder: Encoder) -> tuple[Encoded, list]:
@@ -442,7 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = _parse(argv)
     # Every input is read before the long work, so a bad one fails in seconds, not after hours of earlier tasks.
     pretrained, encoder = _load_checkpoint(config)  # once: fine-tuning copies its weights and leaves it as it was
-    tasks = [reading_task(name, config.squad_dir, config.race_dir) or check_task(name, config) for name in config.tasks]
+    tasks = [_read_task(name, config) for name in config.tasks]
     report = {
         "checkpoint": config.checkpoint,
         "seeds": finetuning_seeds(config.seed, config.seeds),

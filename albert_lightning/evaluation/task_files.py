@@ -37,9 +37,11 @@ __all__ = [
     "label_ids",
     "load_split",
     "present_splits",
+    "read_generic_task",
     "read_task_config",
     "resolve_task",
     "run_splits",
+    "task_split_files",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,17 +182,26 @@ GLUE_SUBMISSION_FILES: dict[tuple[str, str], str] = {
 # fmt: on
 
 
-def _records(
-    path: Path, headerless: tuple[str, ...] = (), skip_malformed: bool = False, stats: LoadStats | None = None
-) -> tuple[tuple[str, ...] | None, Iterator[tuple[int, dict[str, Any]]]]:
-    """Opens a TSV or JSONL file: (TSV column names or None for JSONL, iterator of (line, record))."""
+def _read_lines(path: Path) -> tuple[str, ...]:
     if not path.is_file():
         raise TaskDataError(f"{path}: file not found")
-    stats = stats if stats is not None else LoadStats()
     # utf-8-sig: MRPC's files can start with a byte-order mark, which would otherwise glue onto "Quality". Lines
     # end only at \n, \r\n or \r, as in the reference readers: str.splitlines would also cut at U+2028 and friends.
     with path.open(encoding="utf-8-sig") as f:
-        lines = [line.rstrip("\n") for line in f]
+        return tuple(line.rstrip("\n") for line in f)
+
+
+def _records(
+    path: Path,
+    headerless: tuple[str, ...] = (),
+    skip_malformed: bool = False,
+    stats: LoadStats | None = None,
+    lines: tuple[str, ...] | None = None,
+) -> tuple[tuple[str, ...] | None, Iterator[tuple[int, dict[str, Any]]]]:
+    """Parses a TSV or JSONL file (its ``lines`` when already read): (TSV column names or None for JSONL,
+    iterator of (line, record))."""
+    lines = _read_lines(path) if lines is None else lines
+    stats = stats if stats is not None else LoadStats()
     if path.suffix == ".jsonl":
         return None, _jsonl(path, lines, stats)
     rows = csv.reader(lines, delimiter="\t", quotechar=None)
@@ -276,7 +287,13 @@ def _example(
     return Example(str(record[spec.text_a]), text_b, label, line, example_id)
 
 
-def load_split(spec: TaskSpec, folder: str | Path, split: str, stats: LoadStats | None = None) -> list[Example]:
+def load_split(
+    spec: TaskSpec,
+    folder: str | Path,
+    split: str,
+    stats: LoadStats | None = None,
+    lines: tuple[str, ...] | None = None,
+) -> list[Example]:
     """Reads one split of a task.
 
     Args:
@@ -284,6 +301,7 @@ def load_split(spec: TaskSpec, folder: str | Path, split: str, stats: LoadStats 
         folder: The task's folder (for GLUE, ``<glue_dir>/<spec.name>``).
         split: A key of ``spec.splits``. Splits named ``test*`` may lack the label column (labels are then None).
         stats: If given, the rows read and malformed rows skipped are added to it.
+        lines: The file's lines when they were read already (``read_generic_task`` reads the train file).
 
     Returns:
         The examples in file order.
@@ -297,7 +315,7 @@ def load_split(spec: TaskSpec, folder: str | Path, split: str, stats: LoadStats 
     path = Path(folder) / spec.splits[split]
     headerless = () if split.startswith("test") else spec.headerless_columns
     stats = stats if stats is not None else LoadStats()
-    columns, records = _records(path, headerless, spec.skip_malformed, stats)
+    columns, records = _records(path, headerless, spec.skip_malformed, stats, lines)
     unlabelled_ok = split.startswith("test")  # GLUE test files carry no labels
     required = [c for c in (spec.text_a, spec.text_b, spec.label_column) if c is not None]
     required = required[:-1] if unlabelled_ok else required
@@ -380,6 +398,11 @@ def _train_labels(
 
 
 def generic_task(folder: str | Path) -> TaskSpec:
+    """The spec of a user's task folder (``read_generic_task`` without the train file's lines)."""
+    return read_generic_task(folder)[0]
+
+
+def read_generic_task(folder: str | Path, config: dict[str, Any] | None = None) -> tuple[TaskSpec, tuple[str, ...]]:
     """Describes a user's task folder: ``train`` and ``dev`` (optional ``test``) as ``.tsv`` or ``.jsonl``.
 
     TSVs carry a header row. An optional ``task.json`` sets any of ``kind`` ("classification"), ``labels``,
@@ -390,18 +413,20 @@ def generic_task(folder: str | Path) -> TaskSpec:
 
     Args:
         folder: The task folder; its name becomes the task name.
+        config: Its ``task.json`` when read already (``read_task_config``).
 
     Returns:
-        The task's spec, for ``load_split``.
+        The task's spec, for ``load_split``, and the train file's lines, which it read for the labels.
 
     Raises:
         TaskDataError: Missing train/dev files, a bad ``task.json``, or a train file without the label column.
     """
     folder = Path(folder)
-    splits, config = _split_files(folder), read_task_config(folder)
+    splits, config = _split_files(folder), read_task_config(folder) if config is None else config
     kind, label_column = config.get("kind", "classification"), config.get("label", "label")
     train = folder / splits["train"]
-    columns, records = _records(train)
+    lines = _read_lines(train)
+    columns, records = _records(train, lines=lines)
     rows = list(records)
     keys = columns if columns is not None else (tuple(rows[0][1]) if rows else ())
     text_b = config["text_b"] if "text_b" in config else ("text_b" if "text_b" in keys else None)
@@ -411,10 +436,11 @@ def generic_task(folder: str | Path) -> TaskSpec:
     metrics = tuple(config.get("metrics", REGRESSION_METRICS if kind == "regression" else ("accuracy",)))
     primary = config.get("primary", "pearson_spearman_mean" if "pearson_spearman_mean" in metrics else metrics[0])
     try:
-        return TaskSpec(folder.name, kind, labels, metrics, primary, splits, text_a=config.get("text_a", "text"),
+        spec = TaskSpec(folder.name, kind, labels, metrics, primary, splits, text_a=config.get("text_a", "text"),
                         text_b=text_b, label_column=label_column)  # fmt: skip
     except ValueError as e:
         raise TaskDataError(f"{folder}: {e}") from e
+    return spec, lines
 
 
 def _glue_key(name: str) -> str:
@@ -463,6 +489,15 @@ def resolve_task(name: str, glue_dir: str | Path | None) -> tuple[TaskSpec, Path
     return generic_task(name), Path(name)
 
 
+def task_split_files(name: str, glue_dir: str | Path | None, config: dict[str, Any]) -> dict[str, SplitFile]:
+    """The split files of the task ``name`` denotes (``resolve_task``), each file read at most once: a folder's
+    ``task.json`` is ``config`` (read already) and its train file's lines, read for the labels, are kept."""
+    if glue_name(name) is None and Path(name).is_dir():
+        spec, lines = read_generic_task(name, config)
+        return run_splits(spec, name, lines)
+    return run_splits(*resolve_task(name, glue_dir))
+
+
 def present_splits(spec: TaskSpec, folder: str | Path) -> tuple[str, ...]:
     """The splits of ``spec`` a run reads: train and dev always (reading reports a missing one), test splits only
     where their file exists: GLUE's test files carry no labels, so users often leave them out."""
@@ -476,10 +511,11 @@ class SplitFile:
     spec: TaskSpec
     folder: Path
     split: str
+    lines: tuple[str, ...] | None = field(default=None, compare=False, repr=False)  # the file, when read already
 
     def load(self) -> list[Example]:
         """The split's examples (``load_split``)."""
-        return load_split(self.spec, self.folder, self.split)
+        return load_split(self.spec, self.folder, self.split, lines=self.lines)
 
     @property
     def submission_file(self) -> str | None:
@@ -488,11 +524,13 @@ class SplitFile:
         return GLUE_SUBMISSION_FILES.get((self.spec.name, self.split)) if glue else None
 
 
-def run_splits(spec: TaskSpec, folder: str | Path) -> dict[str, SplitFile]:
+def run_splits(spec: TaskSpec, folder: str | Path, train_lines: tuple[str, ...] | None = None) -> dict[str, SplitFile]:
     """Every split a run of ``spec`` reads (``present_splits``), by name; an MNLI run also predicts GLUE's
-    diagnostic set (split "diagnostic") when ``<glue_dir>/diagnostic/diagnostic.tsv`` is there."""
+    diagnostic set (split "diagnostic") when ``<glue_dir>/diagnostic/diagnostic.tsv`` is there. ``train_lines``:
+    the train file's lines when read already."""
     folder = Path(folder)
     splits = {split: SplitFile(spec, folder, split) for split in present_splits(spec, folder)}
+    splits["train"] = SplitFile(spec, folder, "train", train_lines)
     diagnostic = folder.parent / "diagnostic"
     if spec is GLUE_TASKS["MNLI"] and (diagnostic / GLUE_DIAGNOSTIC.splits["test"]).is_file():
         splits["diagnostic"] = SplitFile(GLUE_DIAGNOSTIC, diagnostic, "test")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib
 import os
 import pickle
 import re
@@ -27,8 +28,9 @@ from typing import Any
 
 import lightning as L
 import torch
+from jsonargparse import Namespace
 from lightning.fabric.utilities.warnings import PossibleUserWarning
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
 from albert_lightning.checkpoints import load_checkpoint, refusal, safe_loading
@@ -79,6 +81,15 @@ class AlbertCLI(LightningCLI):
         trainer = self.config["trainer"]
         if trainer.get("precision") is None:
             trainer["precision"] = "bf16-mixed" if torch.cuda.is_available() else "32-true"
+        # A checkpoint callback without a dirpath writes where Lightning decides inside fit (a logger's versioned
+        # folder when there is one). Naming {default_root_dir}/checkpoints here means the folder that a new run
+        # claims, that --ckpt_path last reads and that export and evaluate expect is Lightning's own dirpath.
+        root = trainer.get("default_root_dir") or os.getcwd()
+        for callback in trainer.get("callbacks") or []:
+            if issubclass(_class(callback.class_path), ModelCheckpoint):
+                init_args = callback.get("init_args") or Namespace()
+                init_args["dirpath"] = init_args.get("dirpath") or os.path.join(root, "checkpoints")
+                callback["init_args"] = init_args
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         # Lightning's bars count the batches of an epoch under "Epoch 0/-2" (max_epochs is -1 when max_steps ends
@@ -91,20 +102,15 @@ class AlbertCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
 
+def _class(path: str) -> type:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
 def checkpoint_folders(trainer: L.Trainer) -> list[str]:
-    """The folders the trainer's ModelCheckpoint callbacks write to, as Lightning resolves them inside ``fit``."""
-    folders = []
-    for callback in trainer.checkpoint_callbacks:
-        if callback.dirpath is not None:
-            folders.append(str(callback.dirpath))
-        elif trainer.loggers:  # a logger's versioned folder, as ModelCheckpoint.__resolve_ckpt_dir names it
-            logger = trainer.loggers[0]
-            version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-            save_dir = logger.save_dir or trainer.default_root_dir
-            folders.append(os.path.join(save_dir, str(logger.name), version, "checkpoints"))
-        else:
-            folders.append(os.path.join(trainer.default_root_dir, "checkpoints"))
-    return folders
+    """The folders the trainer's ModelCheckpoint callbacks write to: each one's ``dirpath``, which ``AlbertCLI``
+    pins before the trainer is built, so that Lightning resolves every folder to the one named here."""
+    return [str(callback.dirpath) for callback in trainer.checkpoint_callbacks if getattr(callback, "dirpath", None)]
 
 
 def claim_checkpoint_folders(trainer: L.Trainer, ckpt_path: str | None, overwrite: bool) -> None:

@@ -67,12 +67,15 @@ class ReadingTask:
         return {"1.1": "f1", "2.0": "best_f1", "race": "accuracy"}[self.version]
 
 
-def reading_task(name: str, squad_dir: str | None, race_dir: str | None) -> ReadingTask | None:
+def reading_task(
+    name: str, squad_dir: str | None, race_dir: str | None, task_config: dict[str, Any] | None = None
+) -> ReadingTask | None:
     """Returns the reading task ``name`` denotes, every file read and checked; None for a sentence task.
 
     ``squad1``/``squad2`` read ``squad_dir`` (the official file names), ``race`` reads ``race_dir``
     (``{train,dev}/{middle,high}/*.txt``); a folder whose ``task.json`` says ``"kind": "span"`` (the tasks
-    stage's ``returns``) holds ``train.json`` and ``dev.json`` in SQuAD's layout.
+    stage's ``returns``) holds ``train.json`` and ``dev.json`` in SQuAD's layout. ``task_config``: that
+    ``task.json`` when read already.
 
     Raises:
         TaskDataError: a missing folder or file, or a file that is not in its official layout (naming it).
@@ -83,7 +86,8 @@ def reading_task(name: str, squad_dir: str | None, race_dir: str | None) -> Read
     if name == "race":
         folder = _folder(race_dir, "race_dir", name)
         return ReadingTask(name, "choice", read_race(folder, "train"), read_race(folder, "dev"), "race")
-    if read_task_config(Path(name)).get("kind") == "span":
+    task_config = read_task_config(Path(name)) if task_config is None else task_config  # when not read already
+    if task_config.get("kind") == "span":
         files = squad_files(name, "1.1")
         return ReadingTask(Path(name).name, "span", read_squad(files["train"]), read_squad(files["dev"]), "1.1")
     return None
