@@ -1,16 +1,64 @@
-"""The one reader of a network to start from: a Hugging Face ALBERT folder (an export included) or a Lightning
-pretraining checkpoint, with the normalisation its text was pretrained under."""
+"""The one reader of an existing network: a Hugging Face ALBERT folder (``transformers``' own or an export) or
+a Lightning pretraining checkpoint, with the normalisation and vocabulary its text was pretrained under.
+Fine-tuning starts from it (``load_pretrained``), and so does continued pretraining (``read_start``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import warnings
 from pathlib import Path
 
-from albert_lightning.checkpoints import read_pretraining_checkpoint
-from albert_lightning.interop.hf import hf_normalizer, import_hf
-from albert_lightning.model import AlbertForPreTraining
-from pipelines.textnorm import Normalizer
+import torch
 
-__all__ = ["load_pretrained"]
+from albert_lightning.checkpoints import load_checkpoint, read_pretraining_checkpoint
+from albert_lightning.interop.hf import read_hf
+from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+from pipelines.textnorm import Normalizer, hf_normalizer
+
+__all__ = ["Start", "load_pretrained", "read_start"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """A network to continue pretraining from.
+
+    Attributes:
+        path: the folder or checkpoint it was read from.
+        config: its shape.
+        state: its tensors, under our names.
+        missing: heads it lacks (a released ``AlbertForMaskedLM`` has no SOP head): initialised as a new model's.
+        normalizer: how its pretraining text was normalised.
+        spiece_sha256: the hash of its ``spiece.model``; None when it names none (a folder without one, or a
+            checkpoint from before the hash was recorded): then only the piece count is compared.
+    """
+
+    path: str
+    config: AlbertConfig
+    state: dict[str, torch.Tensor]
+    missing: list[str]
+    normalizer: Normalizer
+    spiece_sha256: str | None
+
+
+def read_start(path: str | Path) -> Start:
+    """Reads a Hugging Face ALBERT folder or a pretraining checkpoint (weights-only), without building a model.
+
+    Raises:
+        FileNotFoundError: if nothing is there.
+        ValueError: naming the file, for a folder or checkpoint that is not an ALBERT this project can read.
+    """
+    path = Path(path)
+    if path.is_dir():
+        config, state, missing = read_hf(path)
+        spiece = path / "spiece.model"
+        sha = hashlib.sha256(spiece.read_bytes()).hexdigest() if spiece.is_file() else None
+        return Start(str(path), config, state, missing, hf_normalizer(path), sha)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no Hugging Face folder or checkpoint file there (--model.init_from)")
+    model, normalizer = read_pretraining_checkpoint(path)
+    hyper_parameters = load_checkpoint(path, mmap=True).get("hyper_parameters", {})
+    return Start(str(path), model.config, model.state_dict(), [], normalizer, hyper_parameters.get("spiece_sha256"))
 
 
 def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalizer]:
@@ -20,7 +68,9 @@ def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalize
         source: a Lightning pretraining checkpoint (``.ckpt``: its recorded normalisation) or a Hugging Face
             ALBERT folder (its tokenizer_config.json's, AlbertTokenizer's defaults without one).
     """
-    source = Path(source)
-    if source.is_dir():
-        return import_hf(source), hf_normalizer(source)
-    return read_pretraining_checkpoint(source)
+    start = read_start(source)
+    if start.missing:
+        warnings.warn(f"{start.path} has no {start.missing}; they keep their random init", stacklevel=2)
+    model = AlbertForPreTraining(start.config)
+    model.load_state_dict(start.state, strict=False)  # only the heads read_start names as missing are absent
+    return model, start.normalizer

@@ -16,10 +16,11 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 
+from albert_lightning.interop.pretrained import read_start
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, PreTrainingOutput
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.pretraining.data import IGNORE_INDEX
-from albert_lightning.pretraining.start import check_shards, load_start, read_start, start_config
+from albert_lightning.pretraining.start import check_shards, load_start, start_config
 from albert_lightning.sharding import clip_grad_norm, shard_albert
 from pipelines.sop import INTER_SENTENCE_MODES
 from pipelines.textnorm import Normalizer

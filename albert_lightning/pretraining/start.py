@@ -1,7 +1,7 @@
-"""Continued pretraining: the network a run starts from (``--model.init_from``) and what it must agree with.
+"""Continued pretraining: what a run started from an existing network (``--model.init_from``, read by
+``interop/pretrained.read_start``) must agree with.
 
-A start is a Hugging Face ALBERT folder (``transformers``' own or this project's export) or a pretraining
-checkpoint. Its shape is the run's; its vocabulary and normalisation must be the shards', since ids mean pieces
+The start's shape is the run's; its vocabulary and normalisation must be the shards', since ids mean pieces
 and pieces were cut from text normalised one way: a mismatch is refused before any step, naming both sides.
 Only weights carry over: the optimizer, its schedule and the step count start fresh (``--ckpt_path`` resumes).
 """
@@ -9,63 +9,16 @@ Only weights carry over: the optimizer, its schedule and the step count start fr
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from pathlib import Path
 from typing import Any
 
-import torch
-
-from albert_lightning.checkpoints import load_checkpoint, read_pretraining_checkpoint
-from albert_lightning.interop.hf import read_hf
+from albert_lightning.interop.pretrained import Start
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from pipelines.textnorm import Normalizer, hf_normalizer, tokenizer_settings
+from pipelines.textnorm import Normalizer, tokenizer_settings
 
-__all__ = ["TRAINING_FIELDS", "Start", "check_shards", "load_start", "read_start", "start_config"]
+__all__ = ["TRAINING_FIELDS", "check_shards", "load_start", "start_config"]
 
 # AlbertConfig fields a continued run may change: how it trains, not what the weights mean.
 TRAINING_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob")
-
-
-@dataclasses.dataclass(frozen=True)
-class Start:
-    """A network to continue pretraining from.
-
-    Attributes:
-        path: the folder or checkpoint it was read from.
-        config: its shape.
-        state: its tensors, under our names.
-        missing: heads it lacks (a released ``AlbertForMaskedLM`` has no SOP head): initialised as a new model's.
-        normalizer: how its pretraining text was normalised.
-        spiece_sha256: the hash of its ``spiece.model``; None when it names none (a folder without one, or a
-            checkpoint from before the hash was recorded): then only the piece count is compared.
-    """
-
-    path: str
-    config: AlbertConfig
-    state: dict[str, torch.Tensor]
-    missing: list[str]
-    normalizer: Normalizer
-    spiece_sha256: str | None
-
-
-def read_start(path: str | Path) -> Start:
-    """Reads a Hugging Face ALBERT folder or a pretraining checkpoint (weights-only).
-
-    Raises:
-        FileNotFoundError: if nothing is there.
-        ValueError: naming the file, for a folder or checkpoint that is not an ALBERT this project can read.
-    """
-    path = Path(path)
-    if path.is_dir():
-        config, state, missing = read_hf(path)
-        spiece = path / "spiece.model"
-        sha = hashlib.sha256(spiece.read_bytes()).hexdigest() if spiece.is_file() else None
-        return Start(str(path), config, state, missing, hf_normalizer(path), sha)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no Hugging Face folder or checkpoint file there (--model.init_from)")
-    model, normalizer = read_pretraining_checkpoint(path)
-    hyper_parameters = load_checkpoint(path, mmap=True).get("hyper_parameters", {})
-    return Start(str(path), model.config, model.state_dict(), [], normalizer, hyper_parameters.get("spiece_sha256"))
 
 
 def start_config(start: Start, overrides: dict[str, Any] | None) -> AlbertConfig:
