@@ -99,3 +99,25 @@ def test_the_progress_bar_counts_steps_out_of_max_steps(short_run):
     bar = short_run.trainer.progress_bar_callback.train_progress_bar  # a tqdm bar
     assert (bar.n, bar.total) == (3, 3)
     assert bar.desc.startswith("Steps (epoch 0)"), bar.desc  # not "Epoch 0/-2"
+
+
+def test_a_user_config_written_before_the_subpackages_still_runs(shards, tmp_path):
+    # The class paths users' YAML holds from before albert_lightning had subpackages, and a checkpoint callback
+    # whose folder the CLI pins to {default_root_dir}/checkpoints (Lightning would otherwise choose it inside fit).
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        "trainer:\n"
+        "  strategy:\n"
+        "    class_path: albert_lightning.sharding.FSDP2Strategy\n"
+        "  callbacks:\n"
+        "    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "      init_args: {save_last: true}\n"
+        "    - class_path: albert_lightning.run_curves.PretrainingReport\n"
+    )
+    root = tmp_path / "run"
+    with cli_in_process([*fit_args(root, shards, 4, 2), "--config", str(old)]) as cli:
+        reports = [c for c in cli.trainer.callbacks if type(c).__name__ == "PretrainingReport"]
+        assert [type(c).__module__ for c in reports] == ["albert_lightning.pretraining.curves"]
+        assert cli.trainer.checkpoint_callback.dirpath == str(root / "checkpoints")
+    assert json.loads((root / "metrics.json").read_text())["steps"] == 2
+    assert (root / "checkpoints" / "last.ckpt").is_file()
