@@ -5,7 +5,7 @@ A gain is a dev score of the model fine-tuned from the pretrained checkpoint min
 the particular dev examples. The interval resamples both, pairing the starts (each resample scores both on the
 same examples), and is a percentile interval of the median gain over resampled seeds (Efron & Tibshirani 1993,
 ch. 13). A fixed ``numpy`` generator makes it the same number on every run. numpy only; the metric comes in as a
-function. Tests: ``python -m pytest tests/test_bootstrap.py``.
+function. Tests: ``python -m pytest tests/test_intervals.py``.
 """
 
 from __future__ import annotations

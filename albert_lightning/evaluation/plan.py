@@ -2,7 +2,7 @@
 
 Every choice is a function of ``evaluate.seed`` and the task's name through ``pipelines.seeding.stable_hash64``
 (the same on every machine and process), so two evaluations of one checkpoint fine-tune on the same examples in
-the same order. Tests: ``python -m pytest tests/test_subsets.py``.
+the same order. Tests: ``python -m pytest tests/test_plan.py``.
 """
 
 from __future__ import annotations
