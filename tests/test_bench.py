@@ -1,7 +1,7 @@
 """bench/: the FLOP count of bench/mfu.py and its run on CPU, and bench/measure.py's interleaving, summaries, ratios
 and results files.
 
-The benches' timings are never tested (DESIGN.md §3); what is tested is that their arithmetic says what it claims.
+The benches' timings are never tested; what is tested is that their arithmetic says what it claims.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile input to the corpus stage (issue 31): an endless line or a compression bomb fails with one line naming
+"""Hostile input to the corpus stage: an endless line or a compression bomb fails with one line naming
 the file, after reading a bounded amount; Parquet is read a row group at a time; normal input reads as before.
 
 Sizes are tiny: the bounds (``max_line_mb``, ``max_expansion``) are set low instead of the files made large.

@@ -272,7 +272,8 @@ def test_an_incomplete_sentence_folder_is_refused(pipeline_run: PipelineRun, tmp
 
 
 def test_chinese_text_is_masked_character_by_character(tmp_path: Path) -> None:
-    """CJK: sentences split at 。！？ and each character a word for masking (reference issue #161)."""
+    """CJK: sentences split at 。！？ and each character a word for masking (the reference misgroups them:
+    google-research/albert issue 161)."""
     from pipelines import corpus, segment, vocab
 
     text = "我们今天去公园散步。天气很好！你想一起来吗？我们可以在湖边喝茶。孩子们在草地上跑来跑去。"

@@ -11,7 +11,8 @@ from albert_lightning.model import AlbertConfig, AlbertForPreTraining, AlbertMod
 
 
 def formula(config: AlbertConfig, heads: bool) -> int:
-    """albert_facts.md §1.3, generalised to the sharing modes of the paper's Table 4."""
+    """The parameter count of the paper's factorisation (V·E + E·H embeddings, a shared layer counted once),
+    generalised to the sharing modes of its Table 4."""
     V, E, H = config.vocab_size, config.embedding_size, config.hidden_size
     I, L = config.intermediate_size, config.num_hidden_layers  # noqa: E741 (the formula's names)
     P, T = config.max_position_embeddings, config.type_vocab_size
@@ -39,7 +40,7 @@ def meta_count(config: AlbertConfig, heads: bool) -> int:
 @pytest.mark.parametrize(
     ("name", "encoder_only", "with_heads"),
     [
-        ("mini", 4_137_344, 4_184_370),  # the CPU default; by hand from albert_facts.md §1.3 at H=128, I=512
+        ("mini", 4_137_344, 4_184_370),  # the CPU default; by hand from that formula at H=128, I=512
         ("base", 11_683_584, 11_813_810),
         ("large", 17_683_968, 17_847_474),
         ("xlarge", 58_724_864, 59_021_490),

@@ -1,4 +1,4 @@
-"""A fit run prints no warning a user would have to learn to ignore (issue 12, point 7)."""
+"""A fit run prints no warning a user would have to learn to ignore."""
 
 from __future__ import annotations
 
