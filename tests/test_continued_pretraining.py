@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from albert_lightning.checkpoints import load_pretraining_checkpoint
+from albert_lightning.interop.export import main as export_main
 from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
 from albert_lightning.pretraining.module import AlbertPretraining
 from pipelines import segment, vocab
@@ -108,12 +109,10 @@ def test_fsdp2_on_two_processes_continues_from_the_start_and_the_export_loads_ba
 
     continued = load_pretraining_checkpoint(root / "checkpoints" / "last.ckpt")
     theirs = transformers.AlbertForPreTraining.from_pretrained(start)
-    ours = {k: v for k, v in continued.state_dict().items()}
+    ours = continued.state_dict()
     for name, tensor in theirs.state_dict().items():
         if name in ours:
             torch.testing.assert_close(ours[name], tensor, rtol=0, atol=0, msg=name)
-
-    from albert_lightning.interop.export import main as export_main
 
     export_main(
         [*NO_PARAMS, "--checkpoint", str(root / "checkpoints" / "last.ckpt"), "--output", str(tmp_path / "export")]

@@ -67,11 +67,9 @@ def _mlm_counts(evaluation: dict[str, Any]) -> tuple[int, int]:
     return scores["mlm_correct"], scores["mlm_predictions"]
 
 
-def _cells(values: dict[str, float], intervals: dict[str, Interval]) -> dict[str, Any]:
-    row: dict[str, Any] = dict(values)
-    for (first, second), interval in zip(COMPARISONS, intervals.values(), strict=True):
-        row[f"{first}-{second}"] = dataclasses.asdict(interval)
-    return row
+def _cells(values: dict[str, float], intervals: dict[tuple[str, str], Interval]) -> dict[str, Any]:
+    """Each run's value, then each comparison's interval under ``first-second``."""
+    return values | {f"{first}-{second}": dataclasses.asdict(intervals[first, second]) for first, second in COMPARISONS}
 
 
 def rows(runs: Path, resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
