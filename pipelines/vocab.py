@@ -18,6 +18,7 @@ import io
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import apache_beam as beam
 import pyarrow.compute as pc
@@ -36,7 +37,7 @@ from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_
 
 log = logging.getLogger("pipelines.vocab")  # by name: run as `python -m`, __name__ is "__main__"
 
-__all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to_file", "train_vocab"]
+__all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to_file", "train_vocab", "write_spiece"]
 
 MODEL_TYPES = ("unigram",)  # transformers.AlbertTokenizer is a Unigram tokenizer; BPE pieces would not load
 SAMPLE_FILE = ".sample-sentences.txt"
@@ -157,8 +158,14 @@ def train_vocab(sentences_file: str, model_prefix: str, config: VocabConfig) -> 
         supported = int(limit.group(1))
         log.warning("vocab_size %d is more than this corpus supports; using %d", config.vocab_size, supported)
         model = _train(sentences_file, config, supported)
-    sp = spiece_from_proto(model.getvalue(), f"{model_prefix}.model")
-    files.write_bytes_atomically(f"{model_prefix}.model", model.getvalue())
+    return write_spiece(model.getvalue(), model_prefix, f"{model_prefix}.model")
+
+
+def write_spiece(model: bytes, model_prefix: str, where: str) -> spm.SentencePieceProcessor:
+    """Checks ALBERT's id layout in ``model`` (naming ``where`` if it breaks it) and writes ``{model_prefix}.model``
+    and ``.vocab``, each renamed into place once complete."""
+    sp = spiece_from_proto(model, where)
+    files.write_bytes_atomically(f"{model_prefix}.model", model)
     files.write_bytes_atomically(f"{model_prefix}.vocab", _vocab_text(sp).encode("utf-8"))
     return sp
 
@@ -254,38 +261,30 @@ def _copy_and_record(source: str, out: str, config: VocabConfig) -> dict:
     if not files.exists(path):
         raise FileNotFoundError(f"{source}: no spiece.model there (vocab.from_spiece)")
     data = files.read_bytes(path)
-    sp = spiece_from_proto(data, path)  # ALBERT's special ids, or an error naming the file
-    files.write_bytes_atomically(files.join(out, "spiece.model"), data)
-    files.write_bytes_atomically(files.join(out, "spiece.vocab"), _vocab_text(sp).encode("utf-8"))
-    stats = {
-        "from_spiece": path,
-        "vocab_size": sp.get_piece_size(),
-        "spiece_model_sha256": files.sha256_hex(data),
-        "config": dataclasses.asdict(config),
-    }
-    files.write_json_atomically(files.join(out, STATS), stats)
-    log.info("vocab: %d pieces copied from %s", stats["vocab_size"], path)
-    return stats
+    sp = write_spiece(data, files.join(out, "spiece"), path)
+    log.info("vocab: %d pieces copied from %s", sp.get_piece_size(), path)
+    return _record(out, sp, data, config, from_spiece=path)
 
 
 def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:
     if not counters.get("sentences_sampled"):
         raise ValueError(f"{sample_path}: no sentence to train on (counters: {counters})")
-    tmp_prefix = files.join(out, ".tmp-spiece")
-    sp = train_vocab(sample_path, tmp_prefix, config)
-    for suffix in (".model", ".vocab"):
-        files.delete_if_exists(files.join(out, "spiece" + suffix))
-        FileSystems.rename([tmp_prefix + suffix], [files.join(out, "spiece" + suffix)])
+    sp = train_vocab(sample_path, files.join(out, "spiece"), config)
     files.delete_if_exists(sample_path)  # reproducible from the inputs; not worth a DVC-cached copy
+    log.info("vocab: %d pieces from %d sentences", sp.get_piece_size(), counters["sentences_sampled"])
+    model = files.read_bytes(files.join(out, "spiece.model"))
+    return _record(out, sp, model, config, sampled_sentences=counters["sentences_sampled"], counters=counters)
+
+
+def _record(out: str, sp: spm.SentencePieceProcessor, model: bytes, config: VocabConfig, **provenance: Any) -> dict:
+    # stats.json, written last (owning_outputs takes its presence for a finished stage)
     stats = {
-        "sampled_sentences": counters["sentences_sampled"],
+        **provenance,
         "vocab_size": sp.get_piece_size(),
-        "spiece_model_sha256": files.sha256_hex(files.read_bytes(files.join(out, "spiece.model"))),
-        "counters": counters,
+        "spiece_model_sha256": files.sha256_hex(model),
         "config": dataclasses.asdict(config),
     }
     files.write_json_atomically(files.join(out, STATS), stats)
-    log.info("vocab: %d pieces from %d sentences", stats["vocab_size"], stats["sampled_sentences"])
     return stats
 
 
