@@ -1,27 +1,36 @@
-"""Dedup stage: segmented documents → the same documents less exact and near duplicates and repeated sentences.
+"""Dedup stage: segmented documents → the same documents less exact and near duplicates and shared passages.
 
 Run: ``python -m pipelines.dedup --input data/sentences --output data/deduped`` (Beam options may follow).
 Input: a finished segment-stage folder. Output: the same layout (``documents.SENTENCES_SCHEMA``, the same n, each
 surviving document in the file it was in, rows sorted by id; a file left with no document is written with no
 rows), then ``removed.jsonl`` (a sample of what was removed, per rule the ``sample_removed`` smallest stable
-hashes) and last ``stats.json`` (config, counters, files, ``held_out_fraction``, and the input's ``normalizer``
-record unchanged, which the instances stage reads).
+hashes) and last ``stats.json`` (``stage: dedup``, which vocab, instances and tasks require of their input;
+config, counters, files, ``held_out_fraction``, and the input's ``normalizer`` record unchanged, which the
+instances stage reads).
 
 Every rule keeps the copy with the smallest priority key ``(0 if held out else 1, id)`` (``splits.is_held_out``),
 so held-out text is unseen in training and which copy survives depends on ids alone:
 
 1. exact duplicates: equal sentence lists (``near_duplicates.content_key``);
-2. near duplicates: MinHash over word shingles with LSH banding (``near_duplicates.MinHasher``): a document is
-   removed when a better one sharing a band bucket has estimated Jaccard ≥ ``jaccard_threshold``;
-3. repeated sentences: among the survivors, a sentence is kept at its first occurrence in (priority key,
-   position) order and dropped everywhere else; a document left with no sentence is dropped (emptied).
+2. near duplicates: MinHash over word shingles with LSH banding (``near_duplicates.MinHasher``): taking documents
+   in priority order, one is removed iff a better one that stays shares a band bucket with it at estimated
+   Jaccard ≥ ``jaccard_threshold`` (``near_duplicates.similar_pairs`` and ``greedy_removals``), so a kept id
+   always names a survivor; exact copies of a document removed so follow it to its survivor, under this rule.
+   A document with no word is nobody's near duplicate;
+3. shared passages (``passages.PassageRule``): among the survivors, a passage (a sentence of ≥ ``passage_words``
+   words, or ``passage_span`` consecutive sentences of as many words together) found in ≥ ``passage_documents``
+   documents, or in a held-out and a training document, stays in its best document only; its sentences leave
+   the others. Shorter text and repeats inside one document stay (a play keeps "romeo."); a document left with
+   no sentence is dropped (emptied).
 
-The records between the rules pass through ``spill`` files, not Beam shuffles, in five steps, each over input
-files or over ``slices`` slices of the key spaces (content keys, band keys, sentence keys), each starting when the
-one before is done: (1) per file, its documents' keys and signatures; (2) per slice, rules 1 and 2; (3) per
-file, one removal per removed document, and its survivors' sentences; (4) per slice, rule 3; (5) per file, the
-decisions applied to the file read again. A worker holds one file's or one slice's records; the runner holds
-indices only, so memory stays flat as the corpus grows, with ``slices`` growing as the input (``slice_mb``).
+The records between the rules pass through ``spill`` files, not Beam shuffles, in six steps, each over input
+files or over ``slices`` slices of the key spaces (content keys, band keys, passage keys), each starting when the
+one before is done: (1) per file, its documents' keys and signatures; (2) per slice, repeated ids (a
+ValueError naming the files), rule 1 and rule 2's similar pairs; (3) once, rule 2 over all the pairs; (4) per
+file, one removal per removed document, and its survivors' passages; (5) per slice, rule 3; (6) per file, the
+decisions applied to the file read again. A worker holds one file's or one slice's records, step 3 the similar
+pairs only; the runner holds indices only, so memory stays flat as the corpus grows, with ``slices`` growing as
+the input (``slice_mb``).
 The output does not depend on the slice count. A stage whose output would hold no document fails naming
 the input folder; an input folder without ``stats.json`` or its ``normalizer`` record fails before the pipeline.
 Outputs of an earlier run are removed first and again on failure.
@@ -43,6 +52,7 @@ from pipelines.commands import main
 from pipelines.dedup_steps import COUNTERS, RULES
 from pipelines.documents import STATS, finished_files, outputs
 from pipelines.options import input_mb, parse_stage_args, work_per_input_mb
+from pipelines.passages import PassageRule
 from pipelines.spill import Spill, ThenEach
 from pipelines.splits import check_fraction
 from pipelines.stage import Counted, Smallest, owning_outputs, run_and_count
@@ -66,6 +76,17 @@ class DedupConfig:
     jaccard_threshold: float = dataclasses.field(
         default=0.8, metadata={"help": "estimated shingle Jaccard at which a worse document is removed"}
     )
+    passage_words: int = dataclasses.field(
+        default=8,
+        metadata={"help": "rule 3: words at which a sentence, or passage_span sentences together, identify a "
+                  "passage; shorter text is never removed (the leakage stage counts held-out sentences this long)"},
+    )  # fmt: skip
+    passage_span: int = dataclasses.field(default=3, metadata={"help": "rule 3: consecutive sentences per span"})
+    passage_documents: int = dataclasses.field(
+        default=3,
+        metadata={"help": "rule 3: documents a passage is found in to be boilerplate, kept in the best one only "
+                  "(a held-out passage leaves every training document whatever this is)"},
+    )  # fmt: skip
     sample_removed: int = dataclasses.field(default=200, metadata={"help": "removed.jsonl items per rule"})
     slice_mb: float = dataclasses.field(
         default=2.0,
@@ -85,10 +106,15 @@ class DedupConfig:
         if self.sample_removed < 0:
             raise ValueError(f"sample_removed must be at least 0, got {self.sample_removed}")
         self.hasher  # noqa: B018 -- refuses a num_perm that bands does not divide, before any worker starts
+        self.passages  # noqa: B018 -- refuses a zero passage_words or passage_span, or passage_documents < 2
 
     @property
     def hasher(self) -> nd.MinHasher:
         return nd.MinHasher(self.num_perm, self.bands, self.shingle_words)
+
+    @property
+    def passages(self) -> PassageRule:
+        return PassageRule(self.passage_words, self.passage_span, self.passage_documents)
 
 
 def _concatenate(lists: Iterable[list]) -> list:
@@ -126,7 +152,7 @@ def WriteRemovedSample(samples: beam.PCollection, path: str, per_rule: int) -> b
 
 class DeduplicateDocuments(beam.PTransform):
     """The pipeline's root → every deduplicated sentences file of ``paths`` (the input files, in order) written
-    under ``output``, then removed.jsonl. Five steps, each over file or slice indices once the one before is
+    under ``output``, then removed.jsonl. Six steps, each over file or slice indices once the one before is
     done; records pass between them through ``spill`` (``slices`` parts per key space)."""
 
     def __init__(self, output: str, config: DedupConfig, paths: list[str], spill: Spill, slices: int) -> None:
@@ -136,7 +162,7 @@ class DeduplicateDocuments(beam.PTransform):
     def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
         config, paths, spill, slices = self._config, self._paths, self._spill, self._slices
         fraction = config.held_out_fraction
-        facts = Counted(beam.FlatMap(steps.spill_facts, paths, spill, config.hasher, fraction, slices))
+        facts = Counted(beam.FlatMap(steps.spill_facts, paths, spill, config.hasher, config.passages, fraction, slices))
         write = Counted(beam.FlatMap(steps.write_file, paths, spill, self._output, fraction))
         samples = (
             root
@@ -144,11 +170,13 @@ class DeduplicateDocuments(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "SpillFacts" >> facts
             | "ThenEachSlice" >> ThenEach(slices)
-            | "DecideSlices" >> beam.FlatMap(steps.decide_slice, spill, config.jaccard_threshold, len(paths))
+            | "DecideSlices" >> beam.FlatMap(steps.decide_slice, spill, config.jaccard_threshold, paths)
+            | "ThenResolve" >> ThenEach(1)
+            | "ResolveNearDuplicates" >> beam.FlatMap(steps.resolve_near, spill)
             | "ThenEachFile" >> ThenEach(len(paths))
             | "GatherRemovals" >> beam.FlatMap(steps.gather_removals, spill, slices)
             | "ThenEachSentenceSlice" >> ThenEach(slices)
-            | "DropRepeats" >> beam.FlatMap(steps.drop_repeats, spill, len(paths))
+            | "DropSharedPassages" >> beam.FlatMap(steps.drop_shared_passages, spill, config.passages, len(paths))
             | "ThenWriteEachFile" >> ThenEach(len(paths))
             | "WriteFiles" >> write
         )
@@ -171,7 +199,7 @@ def run(argv: list[str] | None = None) -> dict:
     with owning_outputs(output, STATS, [*outputs("sentences"), REMOVED]):
         pipeline = beam.Pipeline(options=args.beam)
         _ = pipeline | "DeduplicateDocuments" >> DeduplicateDocuments(output, config, inputs, spill, slices)
-        with progress.shown("dedup", 3 * len(inputs) + 2 * slices, "file and slice passes", args.beam):
+        with progress.shown("dedup", 3 * len(inputs) + 2 * slices + 1, "file and slice passes", args.beam):
             try:
                 counters = run_and_count(pipeline, output, COUNTERS)
             finally:
@@ -184,6 +212,7 @@ def run(argv: list[str] | None = None) -> dict:
             "files": len(inputs),
             "held_out_fraction": config.held_out_fraction,
             "normalizer": normalizer,  # the segment stage's, unchanged
+            "stage": documents.DEDUP_STAGE,  # what documents.require_deduped checks in vocab, instances and tasks
         }
         files.write_json_atomically(files.join(output, STATS), stats)
     return stats

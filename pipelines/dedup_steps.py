@@ -1,13 +1,17 @@
-"""The dedup stage's five steps (``pipelines.dedup`` runs them in this order, each once the one before is done):
+"""The dedup stage's six steps (``pipelines.dedup`` runs them in this order, each once the one before is done):
 functions over one input file or one slice of a key space, which read and write ``spill`` records.
 
 1. ``spill_facts`` (per file): its documents' content keys and band records (with the signature), by slice, and
-   its sentences' keys for step 3;
-2. ``decide_slice`` (per slice): exact duplicates (rule 1) and near duplicates (rule 2), by the removed one's file;
-3. ``gather_removals`` (per file): one removal per removed document, the best survivor named; its survivors'
-   sentences, by slice;
-4. ``drop_repeats`` (per slice): repeated sentences (rule 3), by file;
-5. ``write_file`` (per file): the decisions applied to the file read again; yields removed.jsonl candidates.
+   its passages' keys (``passages.PassageRule.units``) for step 5, and its ids, by slice;
+2. ``decide_slice`` (per slice): ids checked unique; exact duplicates (rule 1), by the removed one's file; the
+   similar pairs of its band buckets (``near_duplicates.similar_pairs``);
+3. ``resolve_near`` (once): every slice's similar pairs → the near duplicates (rule 2), each removed iff like a
+   better document that stays (``near_duplicates.greedy_removals``): memory is the pairs, not the documents;
+4. ``gather_removals`` (per file): one removal per removed document, the best survivor named; its survivors'
+   passages, by slice;
+5. ``drop_shared_passages`` (per slice): shared passages (rule 3, ``passages.PassageRule.shared``), one drop per
+   sentence of each copy that goes, by file;
+6. ``write_file`` (per file): the decisions applied to the file read again; yields removed.jsonl candidates.
 
 Groups are found by sorting Arrow tables (``near_duplicates.first_of_runs``), not by Python dicts: a slice's
 records stay columns, a few bytes each beyond their keys.
@@ -27,17 +31,21 @@ from pipelines import documents, files, progress
 from pipelines import near_duplicates as nd
 from pipelines.documents import SENTENCES_SCHEMA, file_name
 from pipelines.hashes import stable_hash64
+from pipelines.passages import PassageRule
 from pipelines.spill import Spill
 from pipelines.splits import is_held_out
 from pipelines.stage import Counters
 
-__all__ = ["COUNTERS", "RULES", "decide_slice", "drop_repeats", "gather_removals", "spill_facts", "write_file"]
+__all__ = [
+    "COUNTERS", "RULES", "decide_slice", "drop_shared_passages", "gather_removals", "resolve_near", "spill_facts",
+    "write_file",
+]  # fmt: skip
 
-RULES = ("exact_duplicate", "near_duplicate", "repeated_sentence")
+RULES = ("exact_duplicate", "near_duplicate", "shared_passage")
 COUNTERS = Counters(
     "dedup",
-    *"documents exact_duplicate_documents near_duplicate_documents sentences repeated_sentences "
-    "repeated_sentence_chars emptied_documents documents_kept sentences_kept held_out_documents_kept".split(),
+    *"documents exact_duplicate_documents near_duplicate_documents sentences shared_passage_sentences "
+    "shared_passage_chars emptied_documents documents_kept sentences_kept held_out_documents_kept".split(),
 )
 SAMPLE_CHARS = 300  # of a removed document, in removed.jsonl
 U64, I8, I32, STR = pa.uint64(), pa.int8(), pa.int32(), pa.string()
@@ -46,9 +54,14 @@ U64, I8, I32, STR = pa.uint64(), pa.int8(), pa.int32(), pa.string()
 CONTENTS = pa.schema([("hi", U64), ("lo", U64), ("side", I8), ("id", STR), ("file", I32)])
 BANDS = pa.schema([("band", U64), ("side", I8), ("id", STR), ("file", I32), ("hi", U64), ("lo", U64),
                    ("signature", pa.binary())])  # fmt: skip
-SENTENCES = pa.schema([("hi", U64), ("lo", U64), ("side", I8), ("id", STR), ("position", I32), ("file", I32)])
+# A passage (passages.PassageRule.units): its key, its document, and the sentences it covers (span from position).
+PASSAGES = pa.schema([("hi", U64), ("lo", U64), ("side", I8), ("id", STR), ("position", I32), ("span", I32),
+                      ("file", I32)])  # fmt: skip
 REMOVALS = pa.schema([("id", STR), ("rule", I8), ("kept_side", I8), ("kept_id", STR), ("file", I32)])
-DROPS = pa.schema([("id", STR), ("position", I32), ("kept_id", STR), ("file", I32)])
+# A similar (worse, better) pair of a bucket: the worse document (side, id, file), the better one (kept_*).
+PAIRS = pa.schema([("side", I8), ("id", STR), ("file", I32), ("kept_side", I8), ("kept_id", STR)])
+IDS = pa.schema([("id", STR), ("file", I32)])  # every document's id, sliced by its hash: duplicates meet
+DROPS = pa.schema([("id", STR), ("position", I32), ("kept_side", I8), ("kept_id", STR), ("file", I32)])
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
@@ -76,37 +89,46 @@ def _slice_of(key: np.ndarray, slices: int) -> np.ndarray:
     return (key % np.uint64(slices)).astype(np.int64)
 
 
-def spill_facts(index: int, paths: list[str], spill: Spill, hasher: nd.MinHasher, fraction: float,
-                 slices: int) -> Iterator[int]:  # fmt: skip
-    """Input file ``index`` → its documents' content keys and band records, by slice, and its sentences' keys."""
+def spill_facts(index: int, paths: list[str], spill: Spill, hasher: nd.MinHasher, rule: PassageRule,
+                fraction: float, slices: int) -> Iterator[int]:  # fmt: skip
+    """Input file ``index`` → its documents' content keys and band records, by slice, and its passages' keys."""
     table = files.read_parquet(paths[index], columns=["id", "sentences"])
     ids, docs = table.column("id"), table.column("sentences").to_pylist()
     sides = np.array([0 if is_held_out(doc_id, fraction) else 1 for doc_id in ids.to_pylist()], dtype=np.int8)
-    contents, signatures, bands, keys = [], [], [], []
-    for sentences in docs:
+    contents, signatures, bands, units, counts = [], [], [], [], []
+    for doc, sentences in enumerate(docs):
         signature = hasher.signature(sentences)
         contents.append(nd.content_key(sentences))
         signatures.append(nd.compact(signature))
-        bands += hasher.band_keys(signature)
-        keys += map(nd.sentence_key, sentences)
+        doc_bands = hasher.band_keys(signature)  # none for a document with no word
+        bands += doc_bands
+        counts.append(len(doc_bands))
+        units += ((key, doc, position, span) for key, position, span in rule.units(sentences))
     COUNTERS.inc("documents", len(docs))
-    COUNTERS.inc("sentences", len(keys))
+    COUNTERS.inc("sentences", sum(map(len, docs)))
     hi, lo = _halves(b"".join(contents))
     file = np.full(len(docs), index, dtype=np.int32)
     content = pa.table([hi, lo, sides, ids, file], schema=CONTENTS)
     spill.write("contents", index, content, _slice_of(lo, slices), slices)
-    doc = np.repeat(np.arange(len(docs)), hasher.bands)
+    doc = np.repeat(np.arange(len(docs)), np.array(counts, dtype=np.int64))
     band = pa.table([np.array(bands, dtype=np.uint64), sides[doc], ids.take(doc), file[doc], hi[doc], lo[doc],
                      pa.array(signatures, pa.binary()).take(doc)], schema=BANDS)  # fmt: skip
     spill.write("bands", index, band, _slice_of(_column(band, "band"), slices), slices)
-    lengths = np.array([len(sentences) for sentences in docs], dtype=np.int64)
-    doc = np.repeat(np.arange(len(docs)), lengths)
-    position = (np.arange(len(doc)) - np.repeat(np.cumsum(lengths) - lengths, lengths)).astype(np.int32)
-    hi, lo = _halves(b"".join(keys))
-    sentence = pa.table([hi, lo, sides[doc], ids.take(doc), position, file[doc]], schema=SENTENCES)
-    spill.put("sentences", index, sentence)
+    id_slice = np.array([stable_hash64("id", doc_id) % slices for doc_id in ids.to_pylist()], dtype=np.int64)
+    spill.write("ids", index, pa.table([ids, file], schema=IDS), id_slice, slices)
+    spill.put("passages", index, _passages(units, sides, ids, index))
     progress.advance()
     yield index
+
+
+def _passages(units: list[tuple[bytes, int, int, int]], sides: np.ndarray, ids: pa.ChunkedArray,
+              index: int) -> pa.Table:  # fmt: skip
+    """A file's passages, (key, document, position, span) each → PASSAGES records."""
+    keys, doc, position, span = (list(column) for column in zip(*units, strict=True)) if units else ([],) * 4
+    hi, lo = _halves(b"".join(keys))
+    doc = np.array(doc, dtype=np.int64)
+    columns = [hi, lo, sides[doc], ids.take(doc), np.array(position, dtype=np.int32), np.array(span, dtype=np.int32)]
+    return pa.table([*columns, np.full(len(doc), index, dtype=np.int32)], schema=PASSAGES)
 
 
 def _removals(gone: pa.Table, kept: pa.Table, rule: int) -> pa.Table:
@@ -116,8 +138,21 @@ def _removals(gone: pa.Table, kept: pa.Table, rule: int) -> pa.Table:
     return pa.table(columns, schema=REMOVALS)
 
 
-def _near_removals(bands: pa.Table, threshold: float) -> pa.Table:
-    """Band records sorted by (band, side, id) → a removal per similar (worse, better) pair of a bucket."""
+def _check_ids(ids: pa.Table, paths: list[str]) -> None:
+    """Raises a ValueError naming the input files of the smallest id of the slice found more than once: every
+    decision is keyed by id, so two documents with one id would share their fates."""
+    ids = _sorted(ids, "id", "file")
+    first = nd.first_of_runs(np.array(ids.column("id").to_pylist(), dtype=object))
+    repeated = np.flatnonzero(first != np.arange(len(first)))
+    if len(repeated):
+        run = np.flatnonzero(first == first[repeated[0]])
+        doc_id, where = ids.column("id")[run[0]].as_py(), _column(ids, "file")[run]
+        names = ", ".join(paths[i] for i in sorted(set(where.tolist())))
+        raise ValueError(f"{names}: document id {doc_id!r} occurs {len(run)} times; ids must be unique")
+
+
+def _near_pairs(bands: pa.Table, threshold: float) -> pa.Table:
+    """Band records sorted by (band, side, id) → the similar (worse, better) pairs of each bucket, sorted."""
     first = nd.first_of_runs(_column(bands, "band"))
     shared = np.isin(first, first[first != np.arange(len(first))])  # the rows of buckets with two members or more
     rows = bands.take(pa.array(np.flatnonzero(shared))).to_pylist()
@@ -125,40 +160,81 @@ def _near_removals(bands: pa.Table, threshold: float) -> pa.Table:
     members = ([((r["side"], r["id"]), (r["hi"], r["lo"]), r["signature"]) for r in bucket] for _, bucket in buckets)
     file_of = {(row["side"], row["id"]): row["file"] for row in rows}
     pairs = sorted(set(nd.similar_pairs(members, threshold)))
-    columns = [[w[1] for w, _ in pairs], [1] * len(pairs), [b[0] for _, b in pairs], [b[1] for _, b in pairs]]
-    return pa.table([*columns, [file_of[w] for w, _ in pairs]], schema=REMOVALS)
+    columns = [[w[0] for w, _ in pairs], [w[1] for w, _ in pairs], [file_of[w] for w, _ in pairs]]
+    return pa.table([*columns, [b[0] for _, b in pairs], [b[1] for _, b in pairs]], schema=PAIRS)
 
 
-def decide_slice(part: int, spill: Spill, threshold: float, num_files: int) -> Iterator[int]:
-    """Slice ``part`` of content keys and band buckets → exact and near removals, by the removed one's file."""
+def decide_slice(part: int, spill: Spill, threshold: float, paths: list[str]) -> Iterator[int]:
+    """Slice ``part`` of ids, content keys and band buckets → a ValueError on a repeated id; exact removals, by
+    the removed one's file; the slice's similar pairs, for ``resolve_near``."""
+    _check_ids(spill.read("ids", part, IDS), paths)
     contents = _sorted(spill.read("contents", part, CONTENTS), "hi", "lo", "side", "id")
     exact = _removals(*_all_but_first(contents, "hi", "lo"), 0)
-    near = _near_removals(_sorted(spill.read("bands", part, BANDS), "band", "side", "id"), threshold)
-    removals = pa.concat_tables([exact, near]).combine_chunks()
-    spill.write("removals", part, removals, _column(removals, "file"), num_files)
+    spill.write("removals", part, exact, _column(exact, "file"), len(paths))
+    spill.put("pairs", part, _near_pairs(_sorted(spill.read("bands", part, BANDS), "band", "side", "id"), threshold))
     progress.advance()
     yield part
 
 
+def resolve_near(step: int, spill: Spill) -> Iterator[int]:
+    """Every slice's similar pairs → the near removals (rule 2), whole, each naming the best survivor like it.
+
+    One worker, once: a pair's documents can be in any slices, and whether a better document stays depends on
+    pairs from other buckets; it holds the pairs (a few per near duplicate), never documents or signatures."""
+    pairs = spill.read("pairs", 0, PAIRS)
+    worse = list(zip(pairs.column("side").to_pylist(), pairs.column("id").to_pylist(), strict=True))
+    better = zip(pairs.column("kept_side").to_pylist(), pairs.column("kept_id").to_pylist(), strict=True)
+    file_of = dict(zip(worse, pairs.column("file").to_pylist(), strict=True))
+    removed = nd.greedy_removals(zip(worse, better, strict=True))
+    gone = sorted(removed)
+    columns = [[w[1] for w in gone], [1] * len(gone), [removed[w][0] for w in gone], [removed[w][1] for w in gone]]
+    spill.put("near", 0, pa.table([*columns, [file_of[w] for w in gone]], schema=REMOVALS))
+    progress.advance()
+    yield step
+
+
+def _follow(exact: pa.Table, near: pa.Table) -> pa.Table:
+    """Exact removals whose kept copy is itself a near duplicate → near removals naming that copy's survivor (the
+    copies share its signature, so they are as like the survivor as it is), so a kept id always stays."""
+    at = pc.index_in(exact.column("kept_id"), value_set=near.column("id"))
+    moved = pc.is_valid(at)
+    columns = [
+        exact.column("id"),
+        pc.if_else(moved, pa.scalar(1, I8), exact.column("rule")),
+        pc.if_else(moved, pc.take(near.column("kept_side"), at), exact.column("kept_side")),
+        pc.if_else(moved, pc.take(near.column("kept_id"), at), exact.column("kept_id")),
+        exact.column("file"),
+    ]
+    return pa.table(columns, schema=REMOVALS)
+
+
 def gather_removals(index: int, spill: Spill, slices: int) -> Iterator[int]:
-    """Input file ``index``'s removals → one per removed document (the best survivor named); its survivors'
-    sentences → the sentence slices."""
-    removals = _sorted(spill.read("removals", index, REMOVALS), "id", "rule", "kept_side", "kept_id")
-    first = nd.first_of_runs(np.array(removals.column("id").to_pylist(), dtype=object))
-    removed = removals.take(pa.array(np.flatnonzero(first == np.arange(len(first)))))
+    """Input file ``index``'s exact removals and its share of the near ones → one per removed document (a
+    survivor named), sorted by id; its survivors' passages → the passage slices."""
+    near = spill.get("near", 0, REMOVALS)
+    exact = _follow(spill.read("removals", index, REMOVALS), near)
+    mine = near.filter(pc.equal(near.column("file"), pa.scalar(index, I32)))
+    removed = _sorted(pa.concat_tables([exact, mine]).combine_chunks(), "id")  # a document is in one or the other
     spill.put("removed", index, removed)
-    sentences = spill.get("sentences", index, SENTENCES)
-    kept = sentences.filter(pc.invert(pc.is_in(sentences.column("id"), value_set=removed.column("id"))))
+    passages = spill.get("passages", index, PASSAGES)
+    kept = passages.filter(pc.invert(pc.is_in(passages.column("id"), value_set=removed.column("id"))))
     spill.write("occurrences", index, kept, _slice_of(_column(kept, "lo"), slices), slices)
     progress.advance()
     yield index
 
 
-def drop_repeats(part: int, spill: Spill, num_files: int) -> Iterator[int]:
-    """Slice ``part`` of surviving sentences → each occurrence after the first in (side, id, position) order."""
-    occurrences = _sorted(spill.read("occurrences", part, SENTENCES), "hi", "lo", "side", "id", "position")
-    gone, kept = _all_but_first(occurrences, "hi", "lo")
-    drops = pa.table([gone.column("id"), gone.column("position"), kept.column("id"), gone.column("file")], DROPS)
+def drop_shared_passages(part: int, spill: Spill, rule: PassageRule, num_files: int) -> Iterator[int]:
+    """Slice ``part`` of surviving passages → a drop per sentence of each shared passage's copies that go
+    (``PassageRule.shared``), naming the document that keeps it."""
+    found = _sorted(spill.read("occurrences", part, PASSAGES), "hi", "lo", "side", "id", "position")
+    side, ids = _column(found, "side"), found.column("id")
+    gone, kept = rule.shared(_column(found, "hi"), _column(found, "lo"), side, ids.to_numpy(zero_copy_only=False))
+    span = _column(found, "span")[gone]
+    rows, kept = np.repeat(gone, span), np.repeat(kept, span)  # one drop per sentence a copy covers
+    offset = np.arange(len(rows)) - np.repeat(np.cumsum(span) - span, span)
+    position = (_column(found, "position")[rows] + offset).astype(np.int32)
+    columns = [ids.take(rows), position, side[kept], ids.take(kept), _column(found, "file")[rows]]
+    drops = pa.table(columns, schema=DROPS)
     spill.write("drops", part, drops, _column(drops, "file"), num_files)
     progress.advance()
     yield part
@@ -176,8 +252,8 @@ def _apply(row: dict, removal: tuple | None, dropped: dict[int, str], fraction: 
         COUNTERS.inc(f"{removal[0]}_documents")
         return None, [_sample(removal[0], row["id"], removal[1], " ".join(row["sentences"])[:SAMPLE_CHARS])]
     samples = [_sample(RULES[2], row["id"], dropped[i], s, i) for i, s in enumerate(row["sentences"]) if i in dropped]
-    COUNTERS.inc("repeated_sentences", len(samples))
-    COUNTERS.inc("repeated_sentence_chars", sum(len(sample[-1]) for sample in samples))
+    COUNTERS.inc("shared_passage_sentences", len(samples))
+    COUNTERS.inc("shared_passage_chars", sum(len(sample[-1]) for sample in samples))
     sentences = [s for i, s in enumerate(row["sentences"]) if i not in dropped]
     if not sentences:
         COUNTERS.inc("emptied_documents")
@@ -194,8 +270,9 @@ def write_file(index: int, paths: list[str], spill: Spill, output: str, fraction
     removed = spill.get("removed", index, REMOVALS).to_pylist()
     removals = {row["id"]: (RULES[row["rule"]], row["kept_id"]) for row in removed}
     dropped = collections.defaultdict(dict)
-    for row in spill.read("drops", index, DROPS).to_pylist():
-        dropped[row["id"]][row["position"]] = row["kept_id"]
+    # A sentence in several shared passages is dropped once, naming the best document that keeps one of them.
+    for row in _sorted(spill.read("drops", index, DROPS), "id", "position", "kept_side", "kept_id").to_pylist():
+        dropped[row["id"]].setdefault(row["position"], row["kept_id"])
     rows = []
     for row in files.read_parquet(paths[index]).to_pylist():
         kept, samples = _apply(row, removals.get(row["id"]), dropped.get(row["id"], {}), fraction)

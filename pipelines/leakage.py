@@ -8,8 +8,14 @@ how far that holds, so a regression shows in ``dvc metrics diff``:
 
 - ``sentences``: of the sentences of held-out documents (``pipelines.splits``) in ``--sentences`` (the documents
   every later stage reads), the share that also occur verbatim in a training document, by count and by
-  characters. ``--segmented`` (the segment stage's output, before deduplication) gives the same figures as
-  ``sentences_before_dedup``, so the effect of the dedup stage is on record.
+  characters. Each occurrence in a held-out document counts once, as seen when the same text is in any
+  training document. The headline, ``passage_*``, counts only sentences of at least ``passage_words`` words
+  (``passages.word_count``): text long enough to identify a passage, the floor the dedup stage's
+  shared-passage rule keeps out of training, read from the dedup config recorded in ``--sentences``'
+  ``stats.json``. A shared "yes." or "returns." is language, not leakage. ``all_*`` counts every sentence
+  whatever its length, beside it. ``--segmented`` (the segment stage's output, before deduplication) gives
+  the same figures, at the same floor, as ``sentences_before_dedup``, so the effect of the dedup stage is on
+  record.
 - ``tasks``: per task and held-out split, the documents its examples come from, and how many of them are in
   the training shards (the ``document_id`` column of ``--shards``' training split); ``held_out_in_training``
   counts training-shard documents that the split holds out. Both should be 0.
@@ -28,8 +34,9 @@ import pyarrow as pa
 
 from pipelines import files, progress
 from pipelines.commands import main
-from pipelines.documents import finished_files, read_split_stats, read_stats
+from pipelines.documents import STATS, finished_files, read_split_stats, read_stats
 from pipelines.options import input_mb, parse_stage_args
+from pipelines.passages import word_count
 from pipelines.shards import Manifest
 from pipelines.splits import HELD_OUT, check_fraction, is_held_out
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
@@ -40,7 +47,9 @@ METRICS = "metrics.json"
 # Single-core seconds per MB of sentence files, in-process: reading them and grouping every sentence by its text.
 # Sizes Beam's local runner.
 CPU_S_PER_MB = 1.0
-SENTENCE_COUNTS = ("held_out_sentences", "seen_in_training", "held_out_chars", "seen_chars")
+COUNTS = ("held_out_sentences", "seen_in_training", "held_out_chars", "seen_chars")
+# Every sentence (all_*), then the sentences of at least the dedup stage's passage_words words (passage_*).
+SENTENCE_COUNTS = tuple(f"{kind}_{count}" for kind in ("all", "passage") for count in COUNTS)
 
 
 @dataclasses.dataclass
@@ -66,11 +75,13 @@ def _sentence_sides(path: str, fraction: float) -> Iterator[tuple[str, tuple[int
     progress.advance()
 
 
-def _leaked(element: tuple[str, tuple[int, int]]) -> tuple[int, int, int, int]:
-    """One sentence's (held-out occurrences, of them seen in training, their chars, seen chars)."""
+def _leaked(element: tuple[str, tuple[int, int]], min_words: int) -> tuple[int, ...]:
+    """One sentence's (held-out occurrences, of them seen in training, their chars, seen chars), twice: for every
+    sentence, then again if it has ``min_words`` words or more (else zeros)."""
     sentence, (held_out, training) = element
     seen = held_out if training else 0
-    return held_out, seen, held_out * len(sentence), seen * len(sentence)
+    counts = (held_out, seen, held_out * len(sentence), seen * len(sentence))
+    return counts + (counts if word_count(sentence) >= min_words else (0, 0, 0, 0))
 
 
 def _sum_columns(rows: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
@@ -78,11 +89,12 @@ def _sum_columns(rows: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 class CountSentenceLeakage(beam.PTransform):
-    """Sentences file paths → nothing; counts (``counters``) held-out sentence occurrences seen in training."""
+    """Sentences file paths → nothing; counts (``counters``) held-out sentence occurrences seen in training, of all
+    sentences and of those of ``min_words`` words or more."""
 
-    def __init__(self, fraction: float, counters: Counters):
+    def __init__(self, fraction: float, min_words: int, counters: Counters):
         super().__init__()
-        self._fraction, self._counters = fraction, counters
+        self._fraction, self._min_words, self._counters = fraction, min_words, counters
 
     def _count(self, totals: tuple[int, ...]) -> None:
         for name, value in zip(SENTENCE_COUNTS, totals, strict=True):
@@ -94,7 +106,7 @@ class CountSentenceLeakage(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "SentenceSides" >> beam.FlatMap(_sentence_sides, self._fraction)
             | "SumPerSentence" >> beam.CombinePerKey(_sum_columns)
-            | "Leaked" >> beam.Map(_leaked)
+            | "Leaked" >> beam.Map(_leaked, self._min_words)
             | "SumAll" >> beam.CombineGlobally(_sum_columns).without_defaults()
             | "Count" >> Counted(beam.Map(self._count))
         )
@@ -163,10 +175,22 @@ def _task_files(folder: str) -> list[tuple[str, str, str]]:
     return found
 
 
-def _shares(counts: dict[str, int]) -> dict[str, float | int]:
-    share = counts["seen_in_training"] / max(1, counts["held_out_sentences"])
-    char_share = counts["seen_chars"] / max(1, counts["held_out_chars"])
-    return counts | {"share_seen": round(share, 6), "char_share_seen": round(char_share, 6)}
+def _shares(counts: dict[str, int], min_words: int) -> dict[str, float | int]:
+    shares = {"passage_words": min_words}
+    for kind in ("passage", "all"):
+        c = {name: counts[f"{kind}_{name}"] for name in COUNTS}
+        shares |= {f"{kind}_{name}": value for name, value in c.items()}
+        shares[f"{kind}_share_seen"] = round(c["seen_in_training"] / max(1, c["held_out_sentences"]), 6)
+        shares[f"{kind}_char_share_seen"] = round(c["seen_chars"] / max(1, c["held_out_chars"]), 6)
+    return shares
+
+
+def _passage_words(folder: str) -> int:
+    """The word floor of the dedup stage that wrote ``folder``, from its recorded config."""
+    words = read_stats(folder).get("config", {}).get("passage_words")
+    if not isinstance(words, int):  # without it the figure would count every shared "yes." as leakage
+        raise ValueError(f"{files.join(folder, STATS)}: no dedup config with passage_words; rerun pipelines.dedup")
+    return words
 
 
 def _task_table(counts: dict[str, int], task_files: list[tuple[str, str, str]]) -> dict[str, dict]:
@@ -197,6 +221,7 @@ def run(argv: list[str] | None = None) -> dict:
     folders = {"sentences": p["sentences"]} | ({"sentences_before_dedup": p["segmented"]} if p["segmented"] else {})
     inputs = {name: finished_files(folder, "sentences") for name, folder in folders.items()}
     read_split_stats(p["sentences"], fraction)  # counted against another split, the figures would mean nothing
+    min_words = _passage_words(p["sentences"])
     manifest = Manifest.read(p["shards"], read_bytes=files.read_bytes, join=files.join)
     shard_paths = [files.join(p["shards"], s.file) for s in manifest.split("train")]
     task_files = _task_files(p["tasks"])
@@ -209,7 +234,7 @@ def run(argv: list[str] | None = None) -> dict:
             _ = (
                 pipeline
                 | f"List{name}" >> beam.Create(paths_of)
-                | f"Count{name}" >> CountSentenceLeakage(fraction, counted)
+                | f"Count{name}" >> CountSentenceLeakage(fraction, min_words, counted)
             )
         _ = (
             pipeline
@@ -218,7 +243,7 @@ def run(argv: list[str] | None = None) -> dict:
         )
         with progress.shown("leakage", sum(map(len, inputs.values())), "files", args.beam):
             *sentence_counts, tasks = run_and_count_each(pipeline, p["output"], *counters)
-        metrics = {name: _shares(c) for name, c in zip(folders, sentence_counts, strict=True)}
+        metrics = {name: _shares(c, min_words) for name, c in zip(folders, sentence_counts, strict=True)}
         metrics |= {"tasks": _task_table(tasks, task_files), "held_out_in_training": tasks["held_out_in_training"]}
         metrics["held_out_fraction"] = fraction
         files.write_json_atomically(files.join(p["output"], METRICS), metrics)

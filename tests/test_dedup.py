@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -12,13 +14,22 @@ import pytest
 
 from pipelines import dedup, dedup_steps, files
 from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
+from pipelines.near_duplicates import estimated_jaccard
 from pipelines.splits import is_held_out
 
 FRACTION = 0.5
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 TWO_WORKERS = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 NORMALIZER = {"lower_case": True, "strip_accents": True}
-BOILERPLATE = "copyright the authors, all rights reserved."
+# A licence block repeated across books: short lines between long ones, as in Project Gutenberg's licence.
+LICENCE = [
+    "section 1.",
+    "this ebook is for the use of anyone anywhere at no cost and with almost no restrictions whatsoever.",
+    "you may copy it, give it away or re-use it under the terms of the license included with this ebook.",
+    "1.e.1.",
+]
+SPEAKERS = ["romeo.", "juliet.", "nurse.", "alas!", "scene ii."]  # a play's short lines, repeated everywhere
+QUOTE = "the quality of mercy is not strained, it droppeth as the gentle rain from heaven."
 
 
 def _id(prefix: str, held_out: bool, file: int | None = None, num_files: int = 1) -> str:
@@ -70,6 +81,15 @@ HELD_NEAR = [_id("held-a", False), _id("held-z", True)]
 DISTINCT = _id("distinct", False)
 REPEATS = [_id("rep-a", False), _id("rep-b", False), _id("rep-z", True)]
 EMPTIED = _id("empty", False)
+PLAYS = [_id("play-a", False), _id("play-b", False), _id("play-c", False), _id("play-z", True)]
+LEAK = [_id("leak-a", False), _id("leak-z", True)]  # a held-out long sentence quoted in one training document
+PAIR = [_id("pair-a", False), _id("pair-b", False)]  # a long sentence quoted in two training documents only
+
+
+def _play(seed: str) -> list[str]:
+    """A play: each speaker line repeated inside it, between lines of its own."""
+    lines = _text(seed, 2 * len(SPEAKERS))
+    return [s for pair in zip(SPEAKERS + SPEAKERS, lines, strict=True) for s in pair]
 
 
 def _docs() -> dict[str, list[str]]:
@@ -77,10 +97,13 @@ def _docs() -> dict[str, list[str]]:
     docs[NEAR[0]], docs[NEAR[1]] = _text("near"), _one_word_changed(_text("near"))
     docs[HELD_NEAR[0]], docs[HELD_NEAR[1]] = _one_word_changed(_text("held")), _text("held")
     docs[DISTINCT] = _text("distinct")
-    docs[REPEATS[0]] = [*_text("ra", 3)[:2], BOILERPLATE, _text("ra", 3)[2]]
-    docs[REPEATS[1]] = [BOILERPLATE, *_text("rb", 2), BOILERPLATE]
-    docs[REPEATS[2]] = [_text("rz", 1)[0], BOILERPLATE, *_text("rz2", 2)]
-    docs[EMPTIED] = [BOILERPLATE, _text("distinct")[1]]
+    docs[REPEATS[0]] = [*_text("ra", 3)[:2], *LICENCE, _text("ra", 3)[2]]
+    docs[REPEATS[1]] = [*LICENCE, *_text("rb", 3), LICENCE[1]]
+    docs[REPEATS[2]] = [_text("rz", 1)[0], *LICENCE, *_text("rz2", 3)]
+    docs[EMPTIED] = LICENCE
+    docs |= {doc_id: _play(doc_id) for doc_id in PLAYS}
+    docs[LEAK[0]], docs[LEAK[1]] = [*_text("la", 3), QUOTE], [QUOTE, *_text("lz", 3)]
+    docs[PAIR[0]], docs[PAIR[1]] = [QUOTE.upper(), *_text("pa", 3)], [*_text("pb", 3), QUOTE.upper()]
     return docs
 
 
@@ -105,16 +128,28 @@ def test_near_duplicates_go_and_held_out_documents_win_over_smaller_training_ids
     assert stats["counters"]["near_duplicate_documents"] == 2
 
 
-def test_repeated_sentences_stay_at_their_first_occurrence_held_out_first(deduped):
+def test_boilerplate_shared_by_documents_stays_in_the_best_one_only_held_out_first(deduped):
     _, stats, kept = deduped
     docs = _docs()
-    assert kept[REPEATS[2]] == docs[REPEATS[2]]  # held out: keeps the boilerplate though its id is the largest
-    assert kept[REPEATS[0]] == [s for s in docs[REPEATS[0]] if s != BOILERPLATE]
-    assert kept[REPEATS[1]] == docs[REPEATS[1]][1:3]  # both copies of the document's own repeat go
-    assert EMPTIED not in kept  # all its sentences occur in better documents
+    assert kept[REPEATS[2]] == docs[REPEATS[2]]  # held out: keeps the licence though its id is the largest
+    assert kept[REPEATS[0]] == _text("ra", 3)  # its short lines go with the long ones around them
+    assert kept[REPEATS[1]] == _text("rb", 3)  # both copies of the document's own repeat go
+    assert EMPTIED not in kept  # all its sentences occur in a better document
     counters = stats["counters"]
-    assert counters["repeated_sentences"] == 5 and counters["emptied_documents"] == 1
-    assert counters["repeated_sentence_chars"] == 4 * len(BOILERPLATE) + len(docs[EMPTIED][1])
+    assert counters["shared_passage_sentences"] == 4 + 5 + 4 + 1 and counters["emptied_documents"] == 1
+    assert counters["shared_passage_chars"] == 3 * sum(map(len, LICENCE)) + len(LICENCE[1]) + len(QUOTE)
+
+
+def test_speaker_lines_stay_inside_a_play_and_across_plays(deduped):
+    _, _, kept = deduped
+    for doc_id in PLAYS:  # short lines, each twice in its play and in four plays, one held out
+        assert kept[doc_id] == _play(doc_id)
+
+
+def test_a_held_out_long_sentence_leaves_training_documents_and_a_pair_of_quotes_stays(deduped):
+    _, _, kept = deduped
+    assert kept[LEAK[1]] == [QUOTE, *_text("lz", 3)] and kept[LEAK[0]] == _text("la", 3)
+    assert kept[PAIR[0]][0] == kept[PAIR[1]][-1] == QUOTE.upper()  # two documents: fewer than passage_documents
 
 
 def test_stats_count_everything_and_carry_the_normalizer(deduped):
@@ -144,13 +179,11 @@ def test_removed_sample_names_each_removal_and_its_survivor(deduped):
     by_rule = {rule: [(x["id"], x["kept_id"]) for x in lines if x["rule"] == rule] for rule in dedup.RULES}
     assert by_rule["exact_duplicate"] == [(EXACT[0], EXACT[2]), (EXACT[1], EXACT[2])]
     assert by_rule["near_duplicate"] == sorted([(NEAR[1], NEAR[0]), (HELD_NEAR[0], HELD_NEAR[1])])
-    assert sorted(by_rule["repeated_sentence"]) == sorted(
-        [(REPEATS[0], REPEATS[2]), (REPEATS[1], REPEATS[2]), (REPEATS[1], REPEATS[2]), (EMPTIED, REPEATS[2]),
-         (EMPTIED, DISTINCT)]
-    )  # fmt: skip
+    licence = [(doc_id, REPEATS[2]) for doc_id in (REPEATS[0], REPEATS[1], EMPTIED) for _ in LICENCE]
+    assert sorted(by_rule["shared_passage"]) == sorted([*licence, (REPEATS[1], REPEATS[2]), (LEAK[0], LEAK[1])])
     exact = next(x for x in lines if x["rule"] == "exact_duplicate")
     assert exact["text"] == " ".join(_text("exact"))[:300]
-    assert {x["text"] for x in lines if x["rule"] == "repeated_sentence"} == {BOILERPLATE, _text("distinct")[1]}
+    assert {x["text"] for x in lines if x["rule"] == "shared_passage"} == {*LICENCE, QUOTE}
 
 
 def test_the_sample_keeps_sample_removed_items_per_rule(tmp_path: Path):
@@ -198,7 +231,7 @@ def test_a_failed_run_leaves_no_spill(tmp_path: Path, monkeypatch: pytest.Monkey
     def fail(*args, **kwargs):
         raise RuntimeError("a step failed")
 
-    monkeypatch.setattr(dedup_steps, "drop_repeats", fail)  # after three steps have spilled their records
+    monkeypatch.setattr(dedup_steps, "drop_shared_passages", fail)  # after three steps have spilled their records
     with pytest.raises(RuntimeError, match="a step failed"):
         _run(source, tmp_path / "d")
     assert list((tmp_path / "d").iterdir()) == []
@@ -218,3 +251,95 @@ def test_bands_must_divide_num_perm(tmp_path: Path):
     source = _sentences_folder(tmp_path / "s", _docs())
     with pytest.raises(ValueError, match="not a multiple of bands=16"):
         _run(source, tmp_path / "d", "--num_perm=100")
+
+
+def _words_doc(words: list[str]) -> list[str]:
+    return [" ".join(words[i : i + 20]) + "." for i in range(0, len(words), 20)]
+
+
+def _chain() -> list[list[str]]:
+    """Three documents, B like A, C like B but unlike A (two disjoint 26-word edits of 400 words)."""
+    rng = random.Random("chain1")
+    a = [f"w{rng.randrange(100_000)}" for _ in range(400)]
+    b = a[:50] + [f"b{i}" for i in range(26)] + a[76:]
+    c = b[:250] + [f"c{i}" for i in range(26)] + b[276:]
+    return [_words_doc(words) for words in (a, b, c)]
+
+
+CHAIN = [_id("chain-a", False), _id("chain-b", False), _id("chain-c", False)]
+# W held out; X like W; Y an exact copy of X: X goes for W, and Y, whose best copy X goes, follows X to W.
+FOLLOW = [_id("follow-w", True), _id("follow-x", False), _id("follow-y", False)]
+BLANK = [_id("blank-a", False), _id("blank-b", False), _id("blank-c", False)]  # no words at all
+
+
+def _survivor_docs() -> dict[str, list[str]]:
+    docs = dict(zip(CHAIN, _chain(), strict=True))
+    docs[FOLLOW[0]], docs[FOLLOW[1]], docs[FOLLOW[2]] = _text("follow"), *[_one_word_changed(_text("follow"))] * 2
+    docs.update(zip(BLANK, [[""], ["  "], ["", ""]], strict=True))
+    return docs
+
+
+def test_a_near_duplicate_goes_only_for_a_survivor_whatever_the_slices(tmp_path: Path):
+    hasher = dedup.DedupConfig().hasher
+    a, b, c = (hasher.signature(doc) for doc in _chain())
+    assert min(estimated_jaccard(a, b), estimated_jaccard(b, c)) >= 0.83 > 0.75 > estimated_jaccard(a, c)
+    assert set(hasher.band_keys(a)) & set(hasher.band_keys(b)) and set(hasher.band_keys(b)) & set(hasher.band_keys(c))
+    source = _sentences_folder(tmp_path / "s", _survivor_docs())
+    stats = _run(source, tmp_path / "one")
+    kept = _kept(tmp_path / "one")
+    assert sorted(kept) == sorted([CHAIN[0], CHAIN[2], FOLLOW[0], *BLANK])  # C is unlike A, the only survivor near
+    lines = [json.loads(line) for line in (tmp_path / "one" / "removed.jsonl").read_text().splitlines()]
+    assert [(x["rule"], x["id"], x["kept_id"]) for x in lines] == [
+        ("near_duplicate", CHAIN[1], CHAIN[0]), ("near_duplicate", FOLLOW[1], FOLLOW[0]),
+        ("near_duplicate", FOLLOW[2], FOLLOW[0]),
+    ]  # fmt: skip
+    assert stats["counters"]["exact_duplicate_documents"] == 0 and stats["counters"]["near_duplicate_documents"] == 3
+    _run(source, tmp_path / "many", "--slice_mb=0.0001")  # dozens of slices: the pairs meet in one resolution
+    for name in ["removed.jsonl", *(file_name("sentences", i, 3) for i in range(3))]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("files_of_copies", [(0, 1), (1, 1)])
+def test_a_repeated_id_fails_naming_its_files(tmp_path: Path, files_of_copies: tuple[int, int]):
+    docs = _docs()
+    folder = _sentences_folder(tmp_path / "s", docs, num_files=2)
+    twice = sorted(docs)[3]
+    paths = [folder / file_name("sentences", i, 2) for i in range(2)]
+    tables = [pq.read_table(path).to_pylist() for path in paths]
+    tables = [[row for row in rows if row["id"] != twice] for rows in tables]
+    for i, text in zip(files_of_copies, ("one text", "another text"), strict=True):
+        tables[i].append({"id": twice, "sentences": [text], "meta": "{}"})
+    for path, rows in zip(paths, tables, strict=True):
+        files.write_parquet_atomically(str(path), table_from_rows(rows, SENTENCES_SCHEMA))
+    named = ", ".join(str(paths[i]) for i in sorted(set(files_of_copies)))
+    with pytest.raises(ValueError, match=re.escape(f"{named}: document id {twice!r} occurs 2 times")):
+        _run(source=folder, out=tmp_path / "d", beam=IN_MEMORY)
+    assert list((tmp_path / "d").iterdir()) == []
+
+
+PROSE = Path(__file__).parent / "fixtures" / "prose"  # see its README.md: a play, and a licence in four books
+
+
+def test_real_prose_keeps_a_plays_speaker_lines_and_drops_the_licence_repeated_across_books(tmp_path: Path):
+    from pipelines import corpus, segment
+
+    no_params = ["--params", os.devnull]
+    corpus.run([*no_params, "--inputs", str(PROSE / "**" / "*.txt"), "--output", str(tmp_path / "c"), *IN_MEMORY])
+    segment.run([*no_params, "--input", str(tmp_path / "c"), "--output", str(tmp_path / "s"), *IN_MEMORY])
+    _run(tmp_path / "s", tmp_path / "d")
+    before, after = _kept(tmp_path / "s"), _kept(tmp_path / "d")
+    speakers = {"romeo.", "juliet.", "nurse.", "benvolio.", "capulet.", "ay me.", "alas, alas!"}
+    play = [doc_id for doc_id in before if "romeo_and_juliet" in doc_id]
+    lines = {doc_id: collections.Counter(s for s in before[doc_id] if s in speakers) for doc_id in play}
+    assert sum(counts["nurse."] > 0 for counts in lines.values()) >= 3 and max(lines[d]["nurse."] for d in play) > 2
+    for doc_id in play:  # repeated inside each scene and across scenes, and all kept
+        assert collections.Counter(s for s in after[doc_id] if s in speakers) == lines[doc_id], doc_id
+    where = collections.defaultdict(set)
+    for doc_id, sentences in before.items():
+        for sentence in sentences:
+            if "gutenberg" in sentence and len(sentence.split()) >= 8:
+                where[sentence].add(doc_id)
+    licence = [sentence for sentence, docs in where.items() if len(docs) >= 4]
+    assert len(licence) > 20  # the licence footer, byte-identical in the four books
+    for sentence in licence:
+        assert sum(sentence in sentences for sentences in after.values()) == 1, sentence

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
 
+from pipelines import near_duplicates
 from pipelines.near_duplicates import (
     MinHasher,
-    bucket_pairs,
     compact,
     content_key,
     estimated_jaccard,
     first_of_runs,
+    greedy_removals,
     similar_pairs,
 )
 
@@ -79,12 +82,32 @@ def test_signatures_and_band_keys_are_the_same_in_a_fresh_process():
     assert fresh.strip() == f"{here.tolist()} {HASHER.band_keys(here)}"
 
 
-def test_bucket_pairs_are_bounded_best_first_and_skip_exact_duplicates():
-    members = [((1, f"d{i:04d}"), bytes([i % 250])) for i in range(1000)] + [((0, "z"), b"held")]
-    pairs = bucket_pairs(members, max_better=3)
-    assert len(pairs) <= 3 * 1001
-    assert pairs[:3] == [((1, "d0000"), (0, "z")), ((1, "d0001"), (0, "z")), ((1, "d0001"), (1, "d0000"))]
-    assert {worse for worse, _ in pairs} == {(1, f"d{i:04d}") for i in range(250)}  # one per content key
+def _signature(*entries: int) -> bytes:
+    return np.array(entries, dtype="<u4").tobytes()
+
+
+def test_a_member_is_compared_with_every_representative_however_far_down_its_bucket():
+    # Twenty mutually unlike held-out documents share the bucket; the copy of the 15th must still find it (a cap
+    # on the better members compared with would miss every one after the 8th).
+    held = [((0, f"h{i:02d}"), b"c%d" % i, _signature(i, 100 + i, 200 + i, 300 + i)) for i in range(20)]
+    copy = ((1, "copy"), b"copy", _signature(14, 114, 214, 999))  # agrees with h14 on 3 of 4 entries
+    assert list(similar_pairs([[copy, *held]], 0.75)) == [((1, "copy"), (0, "h14"))]
+
+
+def test_a_bucket_of_near_identical_documents_costs_one_comparison_per_member():
+    same = _signature(1, 2, 3, 4)
+    bucket = [((1, f"d{i:05d}"), b"%d" % (i % 3000), same) for i in range(6000)] + [((0, "z"), b"held", same)]
+    pairs = list(similar_pairs([bucket], 0.8))  # one representative (z): 3000 comparisons, not 3000²/2
+    assert pairs == [((1, f"d{i:05d}"), (0, "z")) for i in range(3000)]  # the best of each content key only
+
+
+def test_greedy_removals_name_a_survivor_and_break_chains():
+    a, b, c, d, e = ((1, x) for x in "abcde")  # priority order
+    # b is like a, c like b only: b goes for a, and c, like no survivor, stays.
+    assert greedy_removals([(b, a), (c, b)]) == {b: a}
+    # d is like b (removed) and c (kept): it goes for c; e is like d only, so stays; repeats change nothing.
+    assert greedy_removals([(d, b), (b, a), (d, c), (e, d), (d, c)]) == {b: a, d: c}
+    assert greedy_removals([(c, a), (c, b)]) == {c: a}  # the best survivor is named
 
 
 def test_similar_pairs_keep_the_pairs_at_or_above_the_threshold():
@@ -92,7 +115,50 @@ def test_similar_pairs_keep_the_pairs_at_or_above_the_threshold():
     bucket = [((1, "b"), b"cb", half), ((0, "a"), b"ca", same), ((1, "c"), b"cc", other)]
     assert list(similar_pairs([bucket], 0.5)) == [((1, "b"), (0, "a"))]  # b agrees with a on 1 of 2 entries
     assert list(similar_pairs([bucket], 0.6)) == []
-    assert list(similar_pairs([bucket], 0.0)) == [((1, "b"), (0, "a")), ((1, "c"), (0, "a")), ((1, "c"), (1, "b"))]
+    # At 0: b is like a, so not a representative; c is compared with a only.
+    assert list(similar_pairs([bucket], 0.0)) == [((1, "b"), (0, "a")), ((1, "c"), (0, "a"))]
+
+
+def test_a_document_without_words_has_no_band_keys_and_content_keys_tell_lists_apart():
+    for empty in ([], [""], ["", "  "], [" \t"]):
+        assert HASHER.band_keys(HASHER.signature(empty)) == []  # nobody's near duplicate, not each other's
+    assert len(HASHER.band_keys(HASHER.signature(["x"]))) == HASHER.bands
+    lists = [[], [""], ["", ""], ["a\nb"], ["a", "b"], ["ab"], ["a", "", "b"]]
+    assert len({content_key(x) for x in lists}) == len(lists)
+    assert content_key(["a", "b"]) == content_key(["a", "b"]) and len(content_key(["a"])) == 16
+
+
+# sha256 of the signature bytes (first 16 hex digits), computed by the signature before words came in blocks: a
+# change of hashing would change every stage output after dedup.
+PINNED = {
+    ("é café, naïve words", "and more words here."): "ecaf1817909839a4",
+    ("two words",): "a922d29fc91bc8d6",
+    (" ".join(f"w{i % 997}" for i in range(70_000)),): "7bbf721e9a2bf1a0",  # more than one block of words
+    ("a b c d e f",): "76a3be624116d003",
+}
+
+
+def test_signatures_are_the_same_values_as_before_and_whatever_the_block_size(monkeypatch: pytest.MonkeyPatch):
+    for doc, digest in PINNED.items():
+        assert hashlib.sha256(HASHER.signature(list(doc)).astype("<u8").tobytes()).hexdigest()[:16] == digest
+    docs = [["a b c d e f g h i j k"], ["x " * 23, "y z"], ["one two"], ["a b c d e"]]
+    whole = [(HASHER.signature(doc), HASHER.shingles(doc)) for doc in docs]
+    monkeypatch.setattr(near_duplicates, "WORDS_PER_BLOCK", 6)  # a block boundary every 6 words
+    for doc, (signature, shingles) in zip(docs, whole, strict=True):
+        assert (HASHER.signature(doc) == signature).all() and (HASHER.shingles(doc) == shingles).all()
+
+
+def test_a_huge_document_is_hashed_in_bounded_memory(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(near_duplicates, "WORDS_PER_BLOCK", 8192)  # 14.6 MB peak, mostly the permutation block
+    huge = [" ".join(f"word{i}" for i in range(200_000))]  # one 2.2 MB sentence of distinct words
+    tracemalloc.start()
+    try:
+        signature = HASHER.signature(huge)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6, peak  # every word's list, hash cache and shingles at once: 31 MB, 303 MB at 2M words
+    assert len(HASHER.band_keys(signature)) == HASHER.bands
 
 
 def test_first_of_runs_points_each_row_at_the_first_of_its_equal_keys():
