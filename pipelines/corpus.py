@@ -25,6 +25,13 @@ compressed file decoding to over ``max_expansion`` times its size, before they e
 a line (Parquet a record batch) at a time.
 An empty file and an empty document are skipped and counted (``empty_files``, ``empty_documents``); inputs
 with no text at all fail the run, naming them.
+
+Labels: ``label_field`` (params.yaml's ``tasks.label_field``, read from there unless given as a flag) names a
+JSON Lines key or Parquet column, or is ``folder`` (the input file's parent folder), whose value becomes the
+document's ``meta["label"]``, with ``meta["label_field"]`` naming the field (``labels``); the tasks stage builds a
+classification task from them. Documents without one are counted (``unlabelled_documents``) and carry none; a
+field that no record of the inputs has fails the run, naming it and a file. The embedded default ignores it:
+its documents carry their docstring meta (``module``, ``package``, ``kind``), which the tasks stage reads.
 Outputs of an earlier run are removed first and again on failure, so no stale file is left under a final name.
 """
 
@@ -48,6 +55,7 @@ from pipelines.documents import (
     table_from_rows,
 )
 from pipelines.hashes import stable_hash64
+from pipelines.labels import check_label_field, require_labels, tasks_label_field
 from pipelines.options import MB, parse_stage_args
 from pipelines.sources import (
     FORMATS,
@@ -102,6 +110,11 @@ class CorpusConfig:
     embedded_packages: list[str] = dataclasses.field(
         default_factory=list, metadata={"help": "embedded default: only these modules and their submodules"}
     )
+    # One knob with the tasks stage, which names its task for the field: params.yaml holds it once, under tasks.
+    label_field: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "JSON Lines key, Parquet column or 'folder' carried as meta label; unset: tasks.label_field"},
+    )
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -112,27 +125,34 @@ class CorpusConfig:
         for name in ("max_line_mb", "max_expansion", "max_document_mb"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_label_field(self.label_field, (self.text_field,))
 
 
 class _ReadFile(beam.DoFn):
     """Reads one input file into documents; owns the counters of files and documents skipped."""
 
-    COUNTERS = Counters("corpus.read", "input_files", "empty_files", "empty_documents")
+    COUNTERS = Counters(
+        "corpus.read", "input_files", "empty_files", "empty_documents", "labelled_documents", "unlabelled_documents"
+    )
 
-    def __init__(self, text_field: str, bounds: dict[str, float]):
-        self._text_field = text_field
+    def __init__(self, text_field: str, bounds: dict[str, float], label_field: str | None = None):
+        self._text_field, self._label_field = text_field, label_field
         self._bounds = bounds  # read_records' max_line_mb, max_expansion and max_document_mb
 
     def process(self, source: Source) -> Iterator[dict]:
         self.COUNTERS.inc("input_files")
         produced = 0
-        records = read_records(source, self._text_field, **self._bounds) if source.size else ()
-        for ordinal, (text, where) in enumerate(records):
+        read = read_records(source, self._text_field, **self._bounds, label_field=self._label_field)
+        for ordinal, (text, where) in enumerate(read if source.size else ()):
             produced += 1
             if not text.strip():
                 self.COUNTERS.inc("empty_documents")
                 continue
             meta = {"format": source.format, "source": source.name, **where}
+            if "label" in where:
+                meta["label_field"] = self._label_field
+            if self._label_field:
+                self.COUNTERS.inc("labelled_documents" if "label" in where else "unlabelled_documents")
             yield {
                 "id": f"{source.name}:{ordinal}",
                 "text": text.strip(),
@@ -199,14 +219,15 @@ class ReadDocuments(beam.PTransform):
         self._config = config
         self.versions: dict[str, str] = {}
         self.files = 0
+        self.first_file = ""  # the first input file, by name: the one a refusal of the whole input names
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         config = self._config
         if config.inputs:
             planned = plan_sources(config.inputs, config.format)
-            self.files = len(planned)
+            self.files, self.first_file = len(planned), planned[0].path if planned else ""
             bounds = {name: getattr(config, name) for name in ("max_line_mb", "max_expansion", "max_document_mb")}
-            read = _ReadFile(config.text_field, bounds)
+            read = _ReadFile(config.text_field, bounds, config.label_field)
             return (
                 pbegin
                 | "ListFiles" >> beam.Create(planned)
@@ -347,18 +368,25 @@ def run(argv: list[str] | None = None) -> dict:
         __doc__.splitlines()[0],
         _work_s,
     )
+    config = args.config
+    if config.label_field is None:  # no flag: the tasks section's, the one value both stages read
+        config = dataclasses.replace(config, label_field=tasks_label_field(args.params_file))
     output = args.paths["output"]
     with owning_outputs(output, STATS, outputs("documents")):
         pipeline = beam.Pipeline(options=args.beam)
-        reader = ReadDocuments(args.config)
+        reader = ReadDocuments(config)
         _ = pipeline | "ReadDocuments" >> reader | "WriteDocuments" >> WriteDocumentFiles(output)
-        read = _ReadFile if args.config.inputs else _ParseEmbeddedSource
+        read = _ReadFile if config.inputs else _ParseEmbeddedSource
         with progress.shown("corpus", reader.files, "files", args.beam):
             counters = run_and_count(pipeline, output, read.COUNTERS, _WriteFile.COUNTERS)
-        _require_text(args.config, counters)
+        _require_text(config, counters)
+        if config.inputs and config.label_field:
+            require_labels(
+                config.label_field, counters["labelled_documents"], counters["input_files"], reader.first_file
+            )
         written = files.match_paths([files.join(output, "documents-*-of-*.parquet")])
-        config = dataclasses.asdict(args.config)
-        stats = {"config": config, "counters": counters, "files": len(written), "sources": reader.versions}
+        recorded = dataclasses.asdict(config)
+        stats = {"config": recorded, "counters": counters, "files": len(written), "sources": reader.versions}
         files.write_json_atomically(files.join(output, STATS), stats)
     return stats
 

@@ -21,6 +21,10 @@ path; ``books/a.txt`` for ``data/**/*.txt``), so ids built from it do not change
 Readers yield every record, empty ones included, so ordinals stay tied to positions in the file; they raise
 ``ValueError`` naming the file (and line) on invalid UTF-8, NUL bytes (UTF-16 or binary), invalid JSON or a
 missing text field.
+A ``label_field`` (``tasks.label_field``) adds the record's class to ``where`` as ``label``: a JSON Lines key or
+Parquet column holding a string, integer or boolean (written as JSON spells it: ``3``, ``true``), or ``folder``,
+the name of the file's parent folder (any format). A record without it (null, empty, absent) carries no label; a
+nested or fractional value fails naming the file and line (Parquet: column).
 ``corpus.py`` runs them in Beam workers.
 """
 
@@ -44,6 +48,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import files
+from pipelines.labels import FOLDER_LABEL, folder_name, is_label_type, label_text
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +254,7 @@ def _warn_if_json_lines(path: str, filled: int, json_like: int) -> None:
         )
 
 
-def _jsonl_records(bounds: _Bounds, field: str) -> Iterator[tuple[str, dict]]:
+def _jsonl_records(bounds: _Bounds, field: str, label_field: str | None) -> Iterator[tuple[str, dict]]:
     path = bounds.path
     for number, line in _lines(bounds):
         if not line.strip():
@@ -267,10 +272,11 @@ def _jsonl_records(bounds: _Bounds, field: str) -> Iterator[tuple[str, dict]]:
             raise ValueError(f"{path}: line {number}: no '{field}' field (set --text_field)")
         if not isinstance(record[field], str | None):
             raise ValueError(f"{path}: line {number}: '{field}' is {type(record[field]).__name__}, not text")
-        yield record[field] or "", {"line": number}
+        label = label_text(record.get(label_field), f"{path}: line {number}", label_field) if label_field else None
+        yield record[field] or "", {"line": number} | ({"label": label} if label is not None else {})
 
 
-def _parquet_records(bounds: _Bounds, field: str) -> Iterator[tuple[str, dict]]:
+def _parquet_records(bounds: _Bounds, field: str, label_field: str | None) -> Iterator[tuple[str, dict]]:
     path = bounds.path
     with contextlib.ExitStack() as stack:
         f = stack.enter_context(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
@@ -282,10 +288,20 @@ def _parquet_records(bounds: _Bounds, field: str) -> Iterator[tuple[str, dict]]:
         if column is None or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             columns = ", ".join(f"{f.name}: {f.type}" for f in schema)
             raise ValueError(f"{path}: no text column '{field}' (columns: {columns}); set --text_field")
+        labelled = label_field in schema.names
+        if labelled and not is_label_type(schema.field(label_field).type):
+            raise ValueError(
+                f"{path}: column '{label_field}' is {schema.field(label_field).type}, not class labels "
+                "(strings, integers or booleans)"
+            )
         row = 0
-        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=[field]):
-            for text in batch.column(0).to_pylist():
-                yield text or "", {"row": row}
+        for batch in parquet.iter_batches(
+            batch_size=_PARQUET_BATCH_ROWS, columns=[field, label_field] if labelled else [field]
+        ):
+            labels = batch.column(1).to_pylist() if labelled else [None] * batch.num_rows
+            for text, value in zip(batch.column(0).to_pylist(), labels, strict=True):
+                label = label_text(value, f"{path}: row {row}", label_field) if labelled else None
+                yield text or "", {"row": row} | ({"label": label} if label is not None else {})
                 row += 1
 
 
@@ -307,8 +323,10 @@ def read_records(
     max_line_mb: float = MAX_LINE_MB,
     max_expansion: float = MAX_EXPANSION,
     max_document_mb: float = MAX_DOCUMENT_MB,
+    label_field: str | None = None,
 ) -> Iterator[tuple[str, dict]]:
-    """Yields (text, where in the file) for every record of ``source``, empty ones included.
+    """Yields (text, where in the file) for every record of ``source``, empty ones included; ``where`` holds the
+    record's ``label`` when ``label_field`` gives it one.
 
     Args:
         source: the file.
@@ -316,6 +334,7 @@ def read_records(
         max_line_mb: the longest line (text, JSON Lines, bert) read; a longer one fails.
         max_expansion: a compressed file may decode to at most this many times its size.
         max_document_mb: the longest ``text`` file or ``bert`` document read; a longer one fails.
+        label_field: the JSON Lines key or Parquet column of the record's class, or ``folder``; None: no labels.
 
     Raises:
         ValueError: naming the file (and line) when it is not valid input of its format, or passes a bound.
@@ -327,10 +346,12 @@ def read_records(
     elif source.format == "text":
         records = _text_records(bounds)
     elif source.format == "jsonl":
-        records = _jsonl_records(bounds, text_field)
+        records = _jsonl_records(bounds, text_field, None if label_field == FOLDER_LABEL else label_field)
     else:
-        records = _parquet_records(bounds, text_field)
+        records = _parquet_records(bounds, text_field, None if label_field == FOLDER_LABEL else label_field)
+    folder = {"label": folder_name(source.path)} if label_field == FOLDER_LABEL and folder_name(source.path) else {}
     try:
-        yield from records
+        for text, where in records:
+            yield text, where | folder
     except _READ_ERRORS as err:
         raise ValueError(f"{source.path}: cannot read ({type(err).__name__}: {err})") from err

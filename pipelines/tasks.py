@@ -1,29 +1,36 @@
-"""Tasks stage: segmented documents of the embedded default corpus → downstream evaluation tasks → ``data/tasks/``.
+"""Tasks stage: segmented documents → downstream evaluation tasks → ``data/tasks/``.
 
-Run: ``python -m pipelines.tasks --input data/sentences --output data/tasks`` (Beam options may follow).
-Two labelled tasks come from the ``meta`` that ``pydocs`` gives every embedded document, so ``dvc repro`` can
-evaluate a pretrained model with no download:
+Run: ``python -m pipelines.tasks --input data/deduped --output data/tasks`` (Beam options may follow).
+Tasks come from what the corpus carries in each document's ``meta``, so ``dvc repro`` evaluates a pretrained
+model with no download:
 
-- ``package`` (single text): passage → the top-level package it documents (``torch``, ``scipy``, ``email``…),
-  among the ``num_packages`` packages with most documents (ties by name); documents of other packages are not
-  used. On the embedded default with ``num_packages: 6`` these are the six libraries the project installs.
-- ``returns`` (span extraction, SQuAD's layout): "what does ``module.qualname`` return?" over a function's or
-  method's docstring (its first ``span_passage_sentences`` sentences) → the object of its "Return(s) …"
-  sentence (``return_questions``). Written as ``returns/{train,dev,test}.json``.
+- a single-text classification task named for ``label_field`` (params.yaml ``tasks.label_field``): passage → the
+  class the corpus stage carried as ``meta["label"]`` from a JSON Lines key, a Parquet column or the input file's
+  folder (``folder``; ``pipelines.labels``). Unset, the embedded default's own field, ``package``: the top-level
+  package a docstring documents (``torch``, ``scipy``, ``email``…; ``pydocs``' meta). A field of the embedded
+  default's docstring meta (``kind``, ``module``) works the same way. The classes are the ``num_classes`` with
+  most documents (ties by name) among those with at least ``min_class_documents`` (smaller ones are too small
+  to be a class); documents of other classes are not used. On the embedded default with ``num_classes: 6`` they
+  are the six libraries the project installs.
+- ``returns`` (span extraction, SQuAD's layout), from the embedded default's docstring meta alone: "what does
+  ``module.qualname`` return?" over a function's or method's docstring (its first ``span_passage_sentences``
+  sentences) → the object of its "Return(s) …" sentence (``return_questions``). Written as
+  ``returns/{train,dev,test}.json``.
 
 A passage is a document's first ``passage_sentences`` sentences joined by spaces; the segment stage already
 normalised them as AlbertTokenizer would (``textnorm``), so the evaluation tokenises passages as they are.
-Identical passages (a docstring repeated on a property setter) are kept once, under the smallest id. Packages
-with fewer than ``min_package_documents`` documents are dropped: too small to be a class.
+Identical passages (a docstring repeated on a property setter) are kept once, under the smallest id.
 
 Splits are by document, the one split of every stage (``pipelines.splits``): training documents give the
 training examples, held-out documents (never pretrained on) the dev and test examples, so a score measures
 transfer to unseen text, not recall. The input should be the dedup stage's output, whose held-out documents
 share no sentence with training documents; its recorded ``held_out_fraction`` must equal this stage's.
 Outputs: per task ``<task>/{train,dev,test}.jsonl`` (``text``, ``label`` as a string, source ``id``; rows in a
-stable hash order), then ``<task>/task.json``; last ``stats.json`` (examples per split and label, counters).
-Documents whose ``meta`` lacks package or module (user corpora) are counted and skipped; when none has them
-the stage fails and leaves no output.
+stable hash order), then ``<task>/task.json``; last ``stats.json``: ``tasks``, the tasks written (what the
+leakage stage and ``evaluate`` read) with examples per split and label, counters, and ``skipped``, why a task
+was not written (no labelled document, fewer than two classes, an empty split). A corpus that gives no task is
+no error: ``tasks`` is then empty and ``reason`` says why, and ``evaluate`` reports the intrinsic scores alone.
+Documents without a label (``unlabelled_documents``) are counted and skipped.
 
 ``same_module`` (do two passages document the same module?) was dropped: both starts stayed at chance at every
 size, so its rows measured nothing.
@@ -41,21 +48,22 @@ import apache_beam as beam
 
 from pipelines import files, progress
 from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_split_stats
+from pipelines.documents import STATS, finished_files, read_split_stats, require_deduped
 from pipelines.hashes import stable_hash64
+from pipelines.labels import check_label_field
 from pipelines.options import parse_stage_args, work_per_input_mb
 from pipelines.return_questions import return_question
 from pipelines.splits import SPLITS, check_fraction, split_of
 from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
 
-__all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "run", "top_packages"]
+__all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "document_label", "run", "task_names", "top_classes"]
 
-TASKS = ("package", "returns")
 SPAN_TASKS = ("returns",)  # written in SQuAD's JSON layout, one file per split; the others as JSON Lines
+DEFAULT_LABEL_FIELD = "package"  # the embedded default's own field: pydocs' meta["package"]
 COUNTERS = Counters(
     "tasks",
-    *"documents documents_without_module_meta duplicate_passages small_package_documents other_package_documents "
-    "package_examples return_questions duplicate_contexts".split(),
+    *"documents unlabelled_documents other_field_documents duplicate_passages small_class_documents "
+    "other_class_documents classification_examples return_questions duplicate_contexts".split(),
 )
 
 # Single-core seconds per MB of sentence files that more workers can share (reading the files, bench/startup.py):
@@ -69,8 +77,11 @@ class TasksConfig:
     """The tasks stage's knobs (params.yaml section ``tasks``)."""
 
     seed: int = field(default=12345, metadata={"help": "seed of the rows' order in each file"})
-    min_package_documents: int = field(default=10, metadata={"help": "drop smaller packages from both tasks"})
-    num_packages: int = field(default=8, metadata={"help": "classes of the package task (largest packages)"})
+    label_field: str | None = field(
+        default=None, metadata={"help": "the class the corpus carried (key, column, 'folder'); unset: package"}
+    )
+    min_class_documents: int = field(default=10, metadata={"help": "drop classes with fewer documents"})
+    num_classes: int = field(default=8, metadata={"help": "classes of the classification task (the largest)"})
     passage_sentences: int = field(default=3, metadata={"help": "a passage is a document's first k sentences"})
     span_passage_sentences: int = field(default=8, metadata={"help": "returns: the context's first k sentences"})
     held_out_fraction: float = field(
@@ -78,23 +89,42 @@ class TasksConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("min_package_documents", "num_packages", "passage_sentences", "span_passage_sentences"):
+        for name in ("min_class_documents", "num_classes", "passage_sentences", "span_passage_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         check_fraction(self.held_out_fraction)
+        check_label_field(self.label_field, SPAN_TASKS)
+
+
+def task_names(config: TasksConfig) -> tuple[str, ...]:
+    """The tasks the stage builds, if the corpus gives them: the classification task, named for its field, and
+    the span tasks."""
+    return (config.label_field or DEFAULT_LABEL_FIELD, *SPAN_TASKS)
+
+
+def document_label(meta: dict, label_field: str) -> str | None:
+    """A document's class under ``label_field``: the label the corpus stage carried from an input file, or for
+    the embedded default (docstring meta: a ``module``) the meta's own field; None without one."""
+    if "label_field" in meta:
+        return meta["label"] if meta["label_field"] == label_field else None
+    value = meta.get(label_field) if meta.get("module") else None
+    return value if isinstance(value, str) and value else None
 
 
 def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
-    """Yields (passage text, passage) for each document of one sentences file that has package/module meta."""
+    """Yields (passage text, passage) for each document of one sentences file that has a label."""
+    label_field = task_names(config)[0]
     for row in files.read_parquet(path).to_pylist():
         COUNTERS.inc("documents")
         meta = json.loads(row["meta"])
-        if not meta.get("package") or not meta.get("module"):
-            COUNTERS.inc("documents_without_module_meta")
+        label = document_label(meta, label_field)
+        if label is None:
+            COUNTERS.inc("unlabelled_documents")
+            COUNTERS.inc("other_field_documents", int(meta.get("label_field", label_field) != label_field))
             continue
         text = " ".join(row["sentences"][: config.passage_sentences])
         split = split_of(row["id"], config.held_out_fraction)
-        passage = {"id": row["id"], "text": text, "package": meta["package"]}
+        passage = {"id": row["id"], "text": text, "label": label}
         yield text, {**passage, "split": split}
     progress.advance()
 
@@ -136,23 +166,23 @@ class BuildReturnsTask(beam.PTransform):
         )
 
 
-def top_packages(counts: dict[str, int], num_packages: int, min_documents: int) -> list[str]:
-    """Returns the sorted names of the ``num_packages`` largest packages with at least ``min_documents``."""
+def top_classes(counts: dict[str, int], num_classes: int, min_documents: int) -> list[str]:
+    """Returns the sorted names of the ``num_classes`` largest classes with at least ``min_documents``."""
     eligible = sorted((-n, name) for name, n in counts.items() if n >= min_documents)
-    return sorted(name for _, name in eligible[:num_packages])
+    return sorted(name for _, name in eligible[:num_classes])
 
 
-def _package_verdicts(counts: list[tuple[str, int]], num_packages: int, min_documents: int) -> Iterator[tuple]:
-    """Yields (package, verdict): "label" for the ``top_packages``, "small" under ``min_documents``, else "other"."""
-    labels = top_packages(dict(counts), num_packages, min_documents)
-    for package, n in counts:
-        yield package, "label" if package in labels else "small" if n < min_documents else "other"
+def _class_verdicts(counts: list[tuple[str, int]], num_classes: int, min_documents: int) -> Iterator[tuple]:
+    """Yields (class, verdict): "label" for the ``top_classes``, "small" under ``min_documents``, else "other"."""
+    labels = top_classes(dict(counts), num_classes, min_documents)
+    for label, n in counts:
+        yield label, "label" if label in labels else "small" if n < min_documents else "other"
 
 
-class JudgePackages(beam.PTransform):
-    """Passages → (package, {"passages": its passages, "verdict": [its verdict]}), verdicts ``_package_verdicts``.
+class JudgeClasses(beam.PTransform):
+    """Passages → (class, {"passages": its passages, "verdict": [its verdict]}), verdicts ``_class_verdicts``.
 
-    The package counts reach the passages through a join by package, not side inputs, which the Dask runner gets
+    The class counts reach the passages through a join by class, not side inputs, which the Dask runner gets
     wrong (``pipelines.stage``).
     """
 
@@ -161,30 +191,30 @@ class JudgePackages(beam.PTransform):
         self._config = config
 
     def expand(self, passages: beam.PCollection) -> beam.PCollection:
-        n, least = self._config.num_packages, self._config.min_package_documents
+        n, least = self._config.num_classes, self._config.min_class_documents
         verdicts = (
             passages
-            | "Packages" >> beam.Map(lambda p: p["package"])
-            | "CountPackages" >> beam.combiners.Count.PerElement()
+            | "Classes" >> beam.Map(lambda p: p["label"])
+            | "CountClasses" >> beam.combiners.Count.PerElement()
             | "ListCounts" >> beam.combiners.ToList().without_defaults()
-            | "Verdicts" >> beam.FlatMap(_package_verdicts, n, least)
+            | "Verdicts" >> beam.FlatMap(_class_verdicts, n, least)
         )
-        keyed = passages | "KeyByPackage" >> beam.Map(lambda p: (p["package"], p))
+        keyed = passages | "KeyByClass" >> beam.Map(lambda p: (p["label"], p))
         return {"passages": keyed, "verdict": verdicts} | "JoinVerdicts" >> beam.CoGroupByKey()
 
 
-def _package_examples(judged: tuple[str, dict[str, list]]) -> Iterator[tuple[tuple[str, str], dict]]:
+def _class_examples(judged: tuple[str, dict[str, list]], task: str) -> Iterator[tuple[tuple[str, str], dict]]:
     _, grouped = judged
     if grouped["verdict"] != ["label"]:
-        COUNTERS.inc(f"{grouped['verdict'][0]}_package_documents", len(grouped["passages"]))
+        COUNTERS.inc(f"{grouped['verdict'][0]}_class_documents", len(grouped["passages"]))
         return
     for passage in grouped["passages"]:
-        COUNTERS.inc("package_examples")
-        yield ("package", passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["package"]}
+        COUNTERS.inc("classification_examples")
+        yield (task, passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["label"]}
 
 
 class BuildTasks(beam.PTransform):
-    """Sentences file paths → ((task, split), row) for every task, from documents with package/module meta."""
+    """Sentences file paths → ((task, split), row) for every task, from the documents that give it."""
 
     def __init__(self, config: TasksConfig):
         super().__init__()
@@ -199,8 +229,8 @@ class BuildTasks(beam.PTransform):
             | "GroupByText" >> beam.GroupByKey()
             | "DropDuplicatePassages" >> Counted(beam.Map(_first_by_id))
         )
-        judged = passages | "JudgePackages" >> JudgePackages(config)
-        single = judged | "BuildPackageTask" >> Counted(beam.FlatMap(_package_examples))
+        judged = passages | "JudgeClasses" >> JudgeClasses(config)
+        single = judged | "BuildClassificationTask" >> Counted(beam.FlatMap(_class_examples, task_names(config)[0]))
         spans = paths | "BuildReturnsTask" >> BuildReturnsTask(config)
         return (single, spans) | "AllTasks" >> beam.Flatten()
 
@@ -238,8 +268,8 @@ def _task_spec(task: str, splits: dict[str, dict]) -> dict:
     return spec | {"metrics": ["accuracy"], "primary": "accuracy"}
 
 
-def _outputs() -> list[str]:
-    return [f"{task}/{name}" for task in TASKS for name in ("*.json*", ".tmp-*")]
+def _outputs(names: tuple[str, ...]) -> list[str]:
+    return [f"{task}/{name}" for task in names for name in ("*.json*", ".tmp-*")]
 
 
 def _split_stats(output: str, task: str) -> dict[str, dict]:
@@ -256,23 +286,41 @@ def _split_stats(output: str, task: str) -> dict[str, dict]:
     return stats
 
 
-def run(argv: list[str] | None = None) -> dict:
-    """Runs the tasks stage and returns what it wrote to ``stats.json``.
+def _skip_reason(task: str, splits: dict[str, dict], config: TasksConfig, counters: dict[str, int]) -> str | None:
+    """Why a built task is not written (it would measure nothing, or fail evaluate's reading), or None."""
+    if task in SPAN_TASKS and not counters["return_questions"]:
+        return f"no docstring says what it returns (the {task} task asks about the embedded default's)"
+    if task not in SPAN_TASKS and counters["documents"] == counters["unlabelled_documents"]:
+        if counters["other_field_documents"]:  # a corpus stage run with another label_field than this stage's
+            return (
+                f"no document has a '{task}' label, but {counters['other_field_documents']} have another field's: "
+                "give the corpus and tasks stages the same tasks.label_field"
+            )
+        if config.label_field is None:
+            return "no label_field set and no embedded-default metadata"
+        return f"no document has a '{task}' label"
+    if task not in SPAN_TASKS and len(splits["train"]["labels"]) < 2:
+        return f"'{task}': fewer than two classes of at least {config.min_class_documents} documents in training"
+    empty = [split for split in SPLITS if not splits[split]["examples"]]
+    return f"'{task}': no {' or '.join(empty)} examples; too few documents" if empty else None
 
-    Raises:
-        ValueError: no input document has ``package`` and ``module`` meta (not the embedded default corpus).
-    """
-    paths = {"input": "segment stage output folder", "output": "folder for <task>/*.jsonl, task.json, stats.json"}
+
+def run(argv: list[str] | None = None) -> dict:
+    """Runs the tasks stage and returns what it wrote to ``stats.json``: no task, with the ``reason``, when the
+    corpus gives none."""
+    paths = {"input": "dedup stage output folder", "output": "folder for <task>/*.jsonl, task.json, stats.json"}
     args = parse_stage_args(
         argv, TasksConfig, "tasks", paths, __doc__.splitlines()[0], work_per_input_mb(PARALLEL_CPU_S_PER_MB)
     )
     config, output = args.config, args.paths["output"]
     inputs = finished_files(args.paths["input"], "sentences")
+    require_deduped(args.paths["input"], args.allow_undeduped)  # its held-out documents repeat no training text
     read_split_stats(args.paths["input"], config.held_out_fraction)  # its held-out documents must be ours
-    with owning_outputs(output, STATS, _outputs()):
+    names = task_names(config)
+    with owning_outputs(output, STATS, _outputs(names)):
         pipeline = beam.Pipeline(options=args.beam)
         rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)
-        every = pipeline | "EverySplit" >> beam.Create([((t, s), None) for t in TASKS for s in SPLITS])
+        every = pipeline | "EverySplit" >> beam.Create([((t, s), None) for t in names for s in SPLITS])
         _ = (
             (rows, every)
             | "WithEmptySplits" >> beam.Flatten()
@@ -281,15 +329,15 @@ def run(argv: list[str] | None = None) -> dict:
         )
         with progress.shown("tasks", len(inputs), "files", args.beam):  # the files read; pairing follows
             counters = run_and_count(pipeline, output, COUNTERS)
-        if counters["documents"] == counters["documents_without_module_meta"]:
-            raise ValueError(
-                f"{args.paths['input']}: no document has 'package' and 'module' in its meta; the tasks stage "
-                "needs the embedded default corpus (corpus stage without inputs) or documents with those fields"
-            )
-        tasks = {task: _split_stats(output, task) for task in TASKS}
+        built = {task: _split_stats(output, task) for task in names}
+        skipped = {task: why for task, splits in built.items() if (why := _skip_reason(task, splits, config, counters))}
+        files.delete_matching(output, [f"{task}/*.json*" for task in skipped])
+        tasks = {task: splits for task, splits in built.items() if task not in skipped}
         for task, splits in tasks.items():
             files.write_json_atomically(files.join(output, task, "task.json"), _task_spec(task, splits))
-        stats = {"config": dataclasses.asdict(config), "counters": counters, "tasks": tasks}
+        stats = {"config": dataclasses.asdict(config), "counters": counters, "tasks": tasks, "skipped": skipped}
+        if not tasks:  # no error: evaluate reports the intrinsic scores, and says why there is no task
+            stats["reason"] = "; ".join(skipped.values())
         files.write_json_atomically(files.join(output, STATS), stats)
     return stats
 

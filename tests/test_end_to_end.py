@@ -36,7 +36,7 @@ def _shrink(project: Path) -> None:
     params["corpus"].update(embedded_packages=["email", "json", "asyncio", "xml", "tkinter", "collections"])
     params["vocab"].update(vocab_size=800)
     params["instances"].update(dupe_factor=2)
-    params["tasks"].update(min_package_documents=2, num_packages=4)
+    params["tasks"].update(min_class_documents=2, num_classes=4)
     params["evaluate"].update(max_steps=3, min_steps=1, seeds=2, train_sizes=[16, 0], intrinsic_batches=2)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     config = yaml.safe_load((project / "configs/pretrain.yaml").read_text())

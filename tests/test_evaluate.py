@@ -377,6 +377,6 @@ def test_evaluate_reads_each_file_of_a_task_folder_once(toy_task, tmp_path, monk
         return real_open(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "open", counting_open)
-    splits = evaluate._read_task(str(folder), evaluate.EvaluateConfig())
+    splits = evaluate.read_task(str(folder), evaluate.EvaluateConfig())
     assert [len(examples) for _, examples in splits.values()] == [12, 6]
     assert opened == Counter({"train.tsv": 1, "dev.tsv": 1, **({"task.json": 1} if with_config else {})})

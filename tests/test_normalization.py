@@ -106,7 +106,7 @@ def test_checkpoint_export_and_evaluation_normalise_as_the_shards_were(tmp_path,
 
     for start in ("last.ckpt", "hf"):
         config = evaluate.EvaluateConfig(checkpoint=str(tmp_path / start), spiece=spiece, max_seq_length=64)
-        _, encoder = evaluate._load_checkpoint(config)
+        _, encoder = evaluate.load_checkpoint(config)
         assert encoder.normalize == normalizer, start
 
 

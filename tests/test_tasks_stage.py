@@ -16,7 +16,8 @@ LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 NO_PARAMS = ["--params", os.devnull]
 # Ten packages of very different sizes (json has ~11 documents, email ~90): some fall under the cut-offs below.
 PACKAGES = "email asyncio xml logging http unittest json concurrent importlib urllib".split()
-FLAGS = ["--num_packages=4", "--min_package_documents=12", "--seed=7", "--held_out_fraction=0.3"]
+TASKS = ("package", "returns")  # the embedded default's: its package (docstring meta), and the span task
+FLAGS = ["--num_classes=4", "--min_class_documents=12", "--seed=7", "--held_out_fraction=0.3"]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,9 @@ def sentences(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(source: Path, out: Path, *beam: str) -> dict:
-    return tasks.run([*NO_PARAMS, "--input", str(source), "--output", str(out), *FLAGS, *(beam or LOCAL)])
+    # The segment stage's output: these tests are of the tasks stage alone (test_deduped_input runs it after dedup).
+    argv = [*NO_PARAMS, "--input", str(source), "--output", str(out), "--allow_undeduped", *FLAGS]
+    return tasks.run([*argv, *(beam or LOCAL)])
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +74,9 @@ def test_labels_come_from_the_documents_metadata(sentences: Path, built: tuple[P
     for doc in documents.values():
         counts[doc["meta"]["package"]] = counts.get(doc["meta"]["package"], 0) + 1
     spec = json.loads((out / "package" / "task.json").read_text())
-    assert spec["labels"] == tasks.top_packages(counts, 4, 12) == sorted({r["label"] for r in package})
+    assert spec["labels"] == tasks.top_classes(counts, 4, 12) == sorted({r["label"] for r in package})
     assert spec["text_b"] is None and spec["primary"] == "accuracy"
-    assert stats["counters"]["small_package_documents"] == counts["json"]  # json has fewer than 12 documents
+    assert stats["counters"]["small_class_documents"] == counts["json"]  # json has fewer than 12 documents
 
 
 def test_dev_and_test_come_only_from_held_out_documents(built: tuple[Path, dict]):
@@ -81,7 +84,7 @@ def test_dev_and_test_come_only_from_held_out_documents(built: tuple[Path, dict]
     on), each in the half ``splits.split_of`` gives it; so no document is in two splits."""
     out, _ = built
     seen: dict[str, str] = {}
-    for task in tasks.TASKS:
+    for task in TASKS:
         for split, rows in _rows(out, task).items():
             assert rows, (task, split)
             for row in rows:
@@ -108,7 +111,7 @@ def test_deterministic_across_runs_and_workers(sentences: Path, built: tuple[Pat
     _run(sentences, tmp_path / "again")
     _run(sentences, tmp_path / "parallel", "--direct_running_mode=multi_processing", "--direct_num_workers=2")
     names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert len(names) == 4 * len(tasks.TASKS) + 1 and not [n for n in names if ".tmp-" in n]
+    assert len(names) == 4 * len(TASKS) + 1 and not [n for n in names if ".tmp-" in n]
     for again in ("again", "parallel"):
         assert (
             sorted(str(p.relative_to(tmp_path / again)) for p in (tmp_path / again).rglob("*") if p.is_file()) == names
@@ -124,17 +127,21 @@ def _sentences_folder(folder: Path, metas: dict[str, dict]) -> Path:
     return folder
 
 
-def test_a_corpus_without_package_meta_fails_clearly(tmp_path: Path):
+def test_a_corpus_without_labels_gives_an_empty_task_set_saying_why(tmp_path: Path):
+    """No label_field and no docstring meta: no task, and no error either (evaluate reports intrinsic scores)."""
     source = _sentences_folder(tmp_path / "s", {f"a.txt:{i}": {"source": "a.txt"} for i in range(5)})
-    with pytest.raises(ValueError, match="needs the embedded default corpus"):
-        _run(source, tmp_path / "t")
-    assert not list((tmp_path / "t").rglob("*.json*"))
+    stats = _run(source, tmp_path / "t")
+    assert stats["tasks"] == {} and json.loads((tmp_path / "t" / "stats.json").read_text()) == stats
+    assert "no label_field set and no embedded-default metadata" in stats["reason"]
+    assert set(stats["skipped"]) == set(TASKS)
+    assert [p.name for p in (tmp_path / "t").rglob("*.json*")] == ["stats.json"]  # no task file left behind
 
 
 def test_documents_without_meta_are_counted_and_skipped(tmp_path: Path):
-    metas = {f"m{i}": {"module": "p.m", "package": "p"} for i in range(30)} | {"user:0": {"source": "u.txt"}}
+    metas = {f"m{i}": {"module": f"{'pq'[i % 2]}.m", "package": "pq"[i % 2]} for i in range(30)}
+    metas |= {"user:0": {"source": "u.txt"}}
     stats = _run(_sentences_folder(tmp_path / "s", metas), tmp_path / "t")
-    assert stats["counters"]["documents_without_module_meta"] == 1 and stats["counters"]["documents"] == 31
+    assert stats["counters"]["unlabelled_documents"] == 1 and stats["counters"]["documents"] == 31
     assert sum(s["examples"] for s in stats["tasks"]["package"].values()) == 30
 
 
@@ -175,3 +182,13 @@ def test_a_return_question_needs_a_function_a_return_sentence_and_a_short_phrase
     assert return_question("d", ["returns ------- out : ndarray the result."], meta, 8) is None  # numpy section
     assert return_question("d", ["returns x."], meta, 8) is None  # one word: not a phrase
     assert return_question("d", ["the returns are listed."], meta, 8) is None
+
+
+def test_labels_of_another_field_than_the_stages_are_named_in_the_reason(tmp_path: Path):
+    """The corpus stage labelled by 'folder', this stage was given no label_field: no task, and the reason says so."""
+    metas = {f"d{i}": {"label": "ab"[i % 2], "label_field": "folder", "source": f"x/{i}.txt"} for i in range(30)}
+    stats = _run(_sentences_folder(tmp_path / "s", metas), tmp_path / "t")
+    assert stats["tasks"] == {} and stats["counters"]["other_field_documents"] == 30
+    assert "no document has a 'package' label, but 30 have another field's" in stats["reason"]
+    labelled = _run(_sentences_folder(tmp_path / "s", metas), tmp_path / "u", "--label_field=folder", *LOCAL)
+    assert list(labelled["tasks"]) == ["folder"] and labelled["tasks"]["folder"]["train"]["labels"].keys() == {"a", "b"}

@@ -5,11 +5,12 @@ For every configured task and training-set size (``train_sizes``: nested subsets
 the same examples in the same order; the report gives both starts' medians over seeds, the median gain with a
 bootstrap interval over seeds and dev examples, and (c) the majority class (or train mean). Plus intrinsic
 scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
-columns of the paper's Table 5). Tasks are folders in the generic task format (the embedded default's
-``data/tasks/*``, or your own), GLUE task names (GLUE's or Hugging Face's spelling) read from ``glue_dir``, or
-reading comprehension (``reading/runner.py``): ``squad1``/``squad2`` from ``squad_dir``, ``race`` from ``race_dir``
-and span tasks in SQuAD's layout (the embedded default's ``data/tasks/returns``).
-Knobs: the ``evaluate`` section of ``params.yaml``, each also a ``--flag``.
+columns of the paper's Table 5). Tasks are the tasks stage's folder (``data/tasks``: each task it wrote, whatever
+its name; ``inputs.expand_tasks``), task folders of your own, GLUE task names (GLUE's or Hugging Face's spelling)
+read from ``glue_dir``, or reading comprehension (``reading/runner.py``): ``squad1``/``squad2`` from ``squad_dir``,
+``race`` from ``race_dir`` and span tasks in SQuAD's layout (the embedded default's ``data/tasks/returns``). With
+no task (a corpus without labels) the report says how to add one. Knobs: the ``evaluate`` section of
+``params.yaml``, each also a ``--flag``.
 
 Every input (vocabulary, checkpoint, every file of every task) is read before the first fine-tuning, and the
 outputs (see ``report.py``) are rewritten after each task, so a failure keeps the tasks already done. Every
@@ -22,9 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import os
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +30,27 @@ import lightning as L
 import torch
 
 from albert_lightning.evaluation.finetuning import (
+    CHATTER,
     AlbertFineTuning,
     Encoder,
     make_loader,
     run_finetuning,
+    show_run,
     starts,
 )
+from albert_lightning.evaluation.inputs import (
+    TaskSplits,
+    expand_tasks,
+    load_checkpoint,
+    no_task_note,
+    read_leakage,
+    read_task,
+)
+from albert_lightning.evaluation.intrinsic import intrinsic_scores
 from albert_lightning.evaluation.lr_selection import HeldSlice, choose_lrs
 from albert_lightning.evaluation.metrics import compute_metrics, majority_baseline
 from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
-from albert_lightning.evaluation.reading.runner import ReadingTask, evaluate_reading_task, reading_task
+from albert_lightning.evaluation.reading.runner import ReadingTask, evaluate_reading_task
 from albert_lightning.evaluation.report import (
     SplitPredictions,
     summarise,
@@ -49,24 +58,12 @@ from albert_lightning.evaluation.report import (
     write_report,
     write_submission,
 )
-from albert_lightning.evaluation.task_files import (
-    Example,
-    SplitFile,
-    TaskDataError,
-    TaskSpec,
-    label_ids,
-    read_task_config,
-    task_split_files,
-)
-from albert_lightning.interop.pretrained import load_pretrained
+from albert_lightning.evaluation.task_files import Example, SplitFile, TaskSpec, label_ids
 from albert_lightning.model import AlbertForPreTraining
-from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
-from albert_lightning.pretraining.module import prediction_hits
 from pipelines.commands import main as run_command
 from pipelines.params import parse_config
-from pipelines.vocab_layout import load_spiece
 
-__all__ = ["EvaluateConfig", "check_task", "evaluate_task", "intrinsic_scores", "main", "read_leakage"]
+__all__ = ["EvaluateConfig", "evaluate_task", "intrinsic_scores", "main", "read_leakage", "read_task"]
 
 
 @dataclasses.dataclass
@@ -74,8 +71,8 @@ class EvaluateConfig:
     """The ``evaluate`` section of params.yaml; each field is also a ``--flag``."""
 
     tasks: list[str] = dataclasses.field(
-        default_factory=lambda: ["data/tasks/package", "data/tasks/returns"],
-        metadata={"help": "task folders, GLUE names (read from --glue_dir), squad1, squad2 or race"},
+        default_factory=lambda: ["data/tasks"],
+        metadata={"help": "the tasks stage's folder (its every task), task folders, GLUE names, squad1/2, race"},
     )
     glue_dir: str | None = dataclasses.field(
         default=None, metadata={"help": "folder of GLUE's task folders, which names like CoLA are read from"}
@@ -173,30 +170,6 @@ class TaskData:
 OUTPUT_FOLDERS = ("predictions", "finetuned")
 
 
-# split → where it was read from, and its examples: every file of a task, read once
-TaskSplits = dict[str, tuple[SplitFile, list[Example]]]
-
-
-def check_task(name: str, config: EvaluateConfig, task_config: dict[str, Any]) -> TaskSplits:
-    """Reads every file a run of task ``name`` reads, so that a missing or malformed one fails before any
-    fine-tuning; returns each split's file and examples, which the run encodes without reading them again.
-
-    Raises:
-        TaskDataError: An unknown name (with the name probably meant), or a file problem, naming task and file.
-    """
-    files = task_split_files(name, config.glue_dir, task_config)
-    try:
-        return {split: (file, file.load()) for split, file in files.items()}
-    except TaskDataError as e:
-        raise TaskDataError(f"task {files['train'].spec.name}: {e}") from e
-
-
-def _read_task(name: str, config: EvaluateConfig) -> ReadingTask | TaskSplits:
-    # task.json says whether a folder holds a span task or a sentence task: read once, for both.
-    task_config = read_task_config(Path(name))
-    return reading_task(name, config.squad_dir, config.race_dir, task_config) or check_task(name, config, task_config)
-
-
 def _encode(spec: TaskSpec, examples: list[Example], encoder: Encoder) -> tuple[Encoded, list]:
     labelled = all(e.label is not None for e in examples)  # GLUE's test files have no labels
     labels = label_ids(spec, examples) if labelled else [None] * len(examples)
@@ -267,7 +240,13 @@ def _slice_score(
     steps = finetuning_steps(len(fit_rows), config.epochs, config.batch_size, config.min_steps, config.max_steps)
     trainer, module = finetune(network, spec, fit_rows, steps, part.seed, config, lr)
     predicted = predict(trainer, module, spec, held_rows, config).values
-    return compute_metrics(spec, predicted, [row[-1] for row in held_rows])[spec.primary]
+    score = compute_metrics(spec, predicted, [row[-1] for row in held_rows])[spec.primary]
+    show_run(f"{spec.name}, choosing lr on {len(fit_rows)} examples", trainer, module, {f"held {spec.primary}": score})
+    return score
+
+
+def _score(spec: TaskSpec, rows: Encoded, predicted: SplitPredictions) -> float:
+    return compute_metrics(spec, predicted.values, [row[-1] for row in rows])[spec.primary]
 
 
 def evaluate_size(
@@ -298,6 +277,9 @@ def evaluate_size(
             outputs = {split: predict(trainer, module, spec, rows, config) for split, rows in splits.items()}
             for split in task.devs:
                 predictions[split].setdefault(start, []).append(outputs[split].values)
+            scores = {f"{split} {spec.primary}": _score(spec, task.devs[split], outputs[split]) for split in task.devs}
+            show_run(f"{spec.name}, {size} examples, seed {seeds.index(seed) + 1}/{len(seeds)}, {start}", trainer,
+                     module, scores)  # fmt: skip
             if chosen:
                 audited = outputs
     summaries = {
@@ -368,44 +350,6 @@ def evaluate_task(
     }
 
 
-@torch.no_grad()
-def intrinsic_scores(model: AlbertForPreTraining, shards: str, batches: int, batch_size: int) -> dict[str, Any]:
-    """MLM accuracy and sentence-pair accuracy of ``model`` on the validation split of ``shards``.
-
-    Returns:
-        The accuracies with the counts behind them (``mlm_correct`` of ``mlm_predictions`` masked tokens,
-        ``pair_correct`` of ``pairs``: what a proportion's interval needs), and ``mlm_most_frequent_accuracy``,
-        the accuracy of always answering the most frequent masked token of the scored rows (``mlm_most_frequent_id``):
-        no constant guess does better, so it is what a model that learnt only word frequencies scores.
-    """
-    dataset = ShardDataset(shards, "validation")
-    model.eval()
-    correct = masked = pair_correct = pairs = 0
-    targets: Counter[int] = Counter()
-    for start in range(0, min(len(dataset), batches * batch_size), batch_size):
-        batch = collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"])
-        mlm_hits, pair_hits = prediction_hits(out, batch)
-        correct, masked = correct + int(mlm_hits.sum()), masked + mlm_hits.numel()
-        pair_correct, pairs = pair_correct + int(pair_hits.sum()), pairs + pair_hits.numel()
-        targets.update(batch["masked_lm_ids"][batch["masked_lm_ids"] != IGNORE_INDEX].tolist())
-    kind = dataset.manifest.inter_sentence
-    # most_common breaks ties by first occurrence: the same id on every run over the same rows
-    frequent_id, frequent_count = targets.most_common(1)[0] if targets else (None, 0)
-    return {
-        "shards": shards,
-        "kind": kind,
-        "mlm_accuracy": correct / max(masked, 1),
-        f"{kind}_accuracy": pair_correct / max(pairs, 1),
-        "mlm_correct": correct,
-        "mlm_predictions": masked,
-        "pair_correct": pair_correct,
-        "pairs": pairs,
-        "mlm_most_frequent_accuracy": frequent_count / max(masked, 1),
-        "mlm_most_frequent_id": frequent_id,
-    }
-
-
 def _parse(argv: list[str] | None) -> EvaluateConfig:
     # The stages' own reader: flags over params.yaml's `evaluate` section over the defaults; unknown keys refused.
     prog, description = "python -m albert_lightning.evaluate", __doc__.split("\n")[0]
@@ -415,39 +359,13 @@ def _parse(argv: list[str] | None) -> EvaluateConfig:
     return config
 
 
-def read_leakage(path: str) -> dict[str, Any]:
-    """The leakage stage's metrics, checked for the fields the report shows.
-
-    Raises:
-        ValueError: naming the file, when it is not JSON of the leakage stage's shape.
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            leakage = json.load(f)
-        counts = [leakage["sentences"], *(c for splits in leakage["tasks"].values() for c in splits.values())]
-        if not all(isinstance(v, int | float) for c in counts for v in c.values()):
-            raise TypeError("a count is not a number")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise ValueError(f"{path}: not the leakage stage's metrics.json ({err!r}); rerun pipelines.leakage") from err
-    return leakage
-
-
-def _load_checkpoint(config: EvaluateConfig) -> tuple[AlbertForPreTraining, Encoder]:
-    """The pretrained network to fine-tune, checked against the vocabulary it was trained with, and the encoder
-    that normalises text as its pretraining did."""
-    if not os.path.exists(config.checkpoint):  # torch.load's own error would suggest a truncated file
-        raise FileNotFoundError(f"{config.checkpoint}: no checkpoint file or Hugging Face folder there")
-    pretrained, normalizer = load_pretrained(config.checkpoint)
-    load_spiece(config.spiece, pretrained.config.vocab_size, config.checkpoint)
-    return pretrained, Encoder(config.spiece, config.max_seq_length, normalizer)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Runs every task and the intrinsic scores; writes the outputs and returns ``metrics.json``'s content."""
     config = _parse(argv)
     # Every input is read before the long work, so a bad one fails in seconds, not after hours of earlier tasks.
-    pretrained, encoder = _load_checkpoint(config)  # once: fine-tuning copies its weights and leaves it as it was
-    tasks = [_read_task(name, config) for name in config.tasks]
+    pretrained, encoder = load_checkpoint(config)  # once: fine-tuning copies its weights and leaves it as it was
+    names, reasons = expand_tasks(config.tasks)
+    tasks = [read_task(name, config) for name in names]
     report = {
         "checkpoint": config.checkpoint,
         "seeds": finetuning_seeds(config.seed, config.seeds),
@@ -457,6 +375,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "tasks": {},
     }
+    if not names:  # no error: the intrinsic scores and leakage still describe the checkpoint
+        report["no_tasks"] = no_task_note(reasons)
     if config.leakage:
         report["leakage"] = read_leakage(config.leakage)
     table = write_report(report, config.output)
@@ -475,4 +395,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def command() -> None:
     """Runs the command line; an error is one line, its trace in a log (pipelines/commands.py)."""
-    run_command(main, "evaluate")
+    run_command(main, "evaluate", chatter=CHATTER)  # Lightning's output to the log; a line per run here

@@ -219,12 +219,15 @@ def _splits(report: dict[str, Any]):
 
 
 def markdown_table(report: dict[str, Any]) -> str:
-    """Returns the report as Markdown: a row per task, dev split and training-set size, then intrinsic scores."""
+    """Returns the report as Markdown: a row per task, dev split and training-set size, then intrinsic scores;
+    without tasks, ``no_tasks`` (why there is none and how to add one) in place of the task rows."""
     lines = [
         "| task | split | metric | train examples | pretrained (median) | random init (median) | gain [95% CI] "
         "| baseline |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    if "no_tasks" in report:
+        lines = [f"No downstream task: {report['no_tasks']}"]
     for name, split, metric, scores in _splits(report):
         for size in scores["sizes"].values():
             cells = [f"{size[s][metric]:.3f}" if s in size else "-" for s in STARTS]
@@ -255,9 +258,12 @@ def leakage_lines(leakage: dict[str, Any]) -> list[str]:
     for name in ("sentences", "sentences_before_dedup"):
         if name in leakage:
             counts = leakage[name]
-            what = "held-out sentences" + (" before dedup" if name.endswith("dedup") else "")
-            lines.append(f"| {what} | {counts['share_seen']:.2%} ({counts['seen_in_training']}) "
-                         f"| {counts['held_out_sentences']} |")  # fmt: skip
+            when = " before dedup" if name.endswith("dedup") else ""
+            # Sentences long enough to identify a passage (the dedup stage's floor), then every sentence.
+            for kind, what in (("passage", f"of ≥ {counts['passage_words']} words"), ("all", "of any length")):
+                share, seen = counts[f"{kind}_share_seen"], counts[f"{kind}_seen_in_training"]
+                lines.append(f"| held-out sentences {what}{when} | {share:.2%} ({seen}) "
+                             f"| {counts[f'{kind}_held_out_sentences']} |")  # fmt: skip
     for task, splits in sorted(leakage["tasks"].items()):
         for split, counts in sorted(splits.items()):
             lines.append(f"| {task} {split} documents in the training shards | {counts['in_training_shards']} "
