@@ -16,7 +16,7 @@ mode=${1:-}
 shift || true
 case "$mode" in
 prepare)
-	python -m pipelines.instances --input data/sentences --spiece data/vocab/spiece.model --output "$SHARDS" \
+	python -m pipelines.instances --input data/deduped --spiece data/vocab/spiece.model --output "$SHARDS" \
 		--max_seq_length 512 --dupe_factor 1 --max_predictions_per_seq 20 "$@"
 	du -sh "$SHARDS"
 	;;

@@ -3,7 +3,7 @@
 Run: ``python bench/startup.py [--stages segment vocab ...] [--modes default in_memory multi_processing]
 [--rounds 3] [--data data] [--results bench/results]`` from the repository (``--code DIR`` runs another checkout's
 ``pipelines``, e.g. an older commit's, on the same inputs). Inputs are the embedded default's outputs in
-``--data`` (corpus, sentences, vocab), read only; outputs go to a temporary folder.
+``--data`` (corpus, sentences, deduped, vocab), read only; outputs go to a temporary folder.
 
 What is measured, per stage and runner mode, as medians over ``--rounds`` interleaved rounds (``measure.py``):
 
@@ -49,9 +49,9 @@ MODES = {
 STAGES = {
     "corpus": ("corpus", None, []),
     "segment": ("segment", ("corpus", "documents"), []),
-    "vocab": ("vocab", ("sentences", "sentences"), []),
-    "instances": ("instances", ("sentences", "sentences"), ["--eval_output", "{work}/out-eval"]),
-    "tasks": ("tasks", ("sentences", "sentences"), []),
+    "vocab": ("vocab", ("deduped", "sentences"), []),
+    "instances": ("instances", ("deduped", "sentences"), ["--eval_output", "{work}/out-eval"]),
+    "tasks": ("tasks", ("deduped", "sentences"), []),
 }
 
 
@@ -62,7 +62,7 @@ def make_slice(data: Path, folder: str, kind: str, work: Path) -> Path:
         out.mkdir()
         first = sorted((data / folder).glob(f"{kind}-*-of-*.parquet"))[0]
         shutil.copy(first, out / f"{kind}-00000-of-00001.parquet")
-        shutil.copy(data / folder / "stats.json", out / "stats.json")  # segment's normaliser record, for instances
+        shutil.copy(data / folder / "stats.json", out / "stats.json")  # the normaliser record and dedup's mark
     return out
 
 

@@ -294,6 +294,7 @@ def build_small_shards(folder: Path) -> Path:
     local = ["--params", os.devnull, "--direct_running_mode=in_memory", "--direct_num_workers=1"]
     corpus.run([*local, "--output", str(folder / "corpus"), "--embedded_max_documents=600"])
     segment.run([*local, "--input", str(folder / "corpus"), "--output", str(folder / "sentences")])
+    local += ["--allow_undeduped"]  # shards to time steps on: no held-out score is read from them
     vocab.run([*local, "--input", str(folder / "sentences"), "--output", str(folder / "vocab"), "--vocab_size=2000"])
     spiece = folder / "vocab" / "spiece.model"
     argv = ["--input", str(folder / "sentences"), "--spiece", str(spiece), "--output", str(folder / "shards")]

@@ -5,6 +5,8 @@ tracebacks, and the SDK workers log each of them again, so the useful line used 
 ``main`` prints only that line and sends the workers' output to a log file that only the user can read
 (``<temp dir>/albert-lightning-<uid>/<command>-<pid>.log``, secrets in the command line as ``***``);
 ``--verbose`` shows everything.
+A command given a ``Chatter`` (the Lightning commands) sends its libraries' banners, tips and the warnings raised
+inside them to that log too, keeping the console for its own lines (progress, results, errors).
 Imports neither Beam nor torch, so the training commands use it too. Usage::
 
     if __name__ == "__main__":
@@ -14,6 +16,7 @@ Imports neither Beam nor torch, so the training commands use it too. Usage::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -21,10 +24,11 @@ import stat
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-__all__ = ["VERBOSE_FLAG", "console", "error_line", "main", "redacted"]
+__all__ = ["DEPRECATIONS", "LIGHTNING_LOGGERS", "VERBOSE_FLAG", "Chatter", "console", "error_line", "main", "redacted"]
 
 VERBOSE_FLAG = "--verbose"
 _console: TextIO | None = None  # the terminal's stderr while ``main`` sends file descriptor 2 to the log
@@ -45,7 +49,28 @@ def error_line(err: BaseException) -> str:
     return message
 
 
-def main(run: Callable[[list[str]], Any], name: str, beam: bool = False) -> None:
+@dataclasses.dataclass(frozen=True)
+class Chatter:
+    """What of its libraries' output a command sends to its log instead of the console (``--verbose``: none).
+
+    Attributes:
+        loggers: loggers whose records below WARNING (start-up banners, tips) go to the log; their warnings and
+            errors still reach the console.
+        warnings: categories of the warnings raised outside this project's packages that go to the log.
+    """
+
+    loggers: tuple[str, ...]
+    warnings: tuple[type[Warning], ...]
+
+
+# Where Lightning 2.6 attaches its console handler: "GPU available…", "💡 Tip: … litlogger", "`Trainer.fit` stopped"
+# and the model summary are INFO records of these (lightning/pytorch/__init__.py, lightning/fabric/__init__.py).
+LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+# Notices for a library's maintainers (Lightning's own use of a deprecated torch name, say), not for its users.
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+
+def main(run: Callable[[list[str]], Any], name: str, beam: bool = False, chatter: Chatter | None = None) -> None:
     """Runs ``run(argv)`` as the command ``name``; on an error prints one line and exits 1.
 
     Args:
@@ -53,6 +78,8 @@ def main(run: Callable[[list[str]], Any], name: str, beam: bool = False) -> None
         name: the command's name, the prefix of its error line and of its log file.
         beam: send everything written to stderr (Beam's SDK workers log each worker error with its trace, and
             their start-up chatter) to the log file unless ``--verbose``; our own warnings are shown after.
+        chatter: the libraries' output to send to the log file unless ``--verbose``; one line says how many
+            messages went there.
     """
     argv = sys.argv[1:]
     verbose = VERBOSE_FLAG in argv
@@ -62,18 +89,27 @@ def main(run: Callable[[list[str]], Any], name: str, beam: bool = False) -> None
         # A command is never an IPython session, but Beam finds that out by importing IPython where it is
         # installed, 0.3 s of every stage's start-up (apache_beam/utils/interactive_utils.py): an ImportError says so.
         sys.modules.setdefault("IPython", None)
-    failure = None
+    failure, usage_error, routed = None, None, [0]
     with _log_file(name, sys.argv) as (path, log):
         with _stderr_to(log) if beam and not verbose else contextlib.nullcontext():
             try:
-                run(argv)
+                with _chatter_to(log, chatter, routed) if chatter and not verbose else contextlib.nullcontext():
+                    run(argv)
             except Exception as err:  # every failure becomes one line; the trace goes to the log
                 if verbose:
                     raise
                 traceback.print_exc(file=log)
                 failure = err
+            except SystemExit as done:  # argparse: --help (0) or a usage error (2), written where stderr points
+                usage_error = done
     if beam and not verbose:
         _show_own_warnings(path)
+        if usage_error is not None and usage_error.code:  # its message went to the log with fd 2: show it
+            print(_usage_message(path), file=sys.stderr, end="")
+    if usage_error is not None:
+        raise usage_error
+    if routed[0] and failure is None:  # a failure's line names the log already
+        print(f"{name}: {routed[0]} library messages (banners, tips, warnings) are in {path}", file=sys.stderr)
     if failure is not None:
         print(f"{name}: error: {error_line(failure)} (trace: {path}, or rerun with {VERBOSE_FLAG})", file=sys.stderr)
         raise SystemExit(1)
@@ -101,10 +137,82 @@ def _stderr_to(log: TextIO) -> Iterator[None]:
         os.close(saved)
 
 
+# This project's own packages: a warning raised in them is ours to show, whatever ``Chatter`` says.
+_PROJECT = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package, "")
+    for package in ("pipelines", "albert_lightning")
+)
+
+
+class _Routed(logging.Handler):
+    """Stands in for a logger's handlers: records below WARNING go to ``log``; the rest go where they went before
+    (the logger's own handlers, and its ancestors' when it propagated)."""
+
+    def __init__(self, log: TextIO, logger: logging.Logger, routed: list[int]) -> None:
+        super().__init__()
+        self.log, self.logger, self.routed = log, logger, routed
+        self.handlers, self.propagate = list(logger.handlers), logger.propagate
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            self.routed[0] += 1
+            self.log.write(f"{record.levelname}:{record.name}:{record.getMessage()}\n")
+            self.log.flush()
+            return
+        for handler in self.handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+        if self.propagate and self.logger.parent is not None:
+            self.logger.parent.callHandlers(record)
+
+    def restore(self) -> None:
+        self.logger.handlers, self.logger.propagate = self.handlers, self.propagate
+
+
+@contextlib.contextmanager
+def _chatter_to(log: TextIO, chatter: Chatter, routed: list[int]) -> Iterator[None]:
+    """Sends ``chatter`` to ``log`` while the command runs, counting each message in ``routed[0]``."""
+    stand_ins = [_Routed(log, logging.getLogger(name), routed) for name in chatter.loggers]
+    for stand_in in stand_ins:
+        stand_in.logger.handlers, stand_in.logger.propagate = [stand_in], False
+    shown = warnings.showwarning
+
+    def show(  # warnings.showwarning's signature
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, chatter.warnings) and not os.path.abspath(filename).startswith(_PROJECT):
+            routed[0] += 1
+            log.write(warnings.formatwarning(message, category, filename, lineno, line))
+            log.flush()
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        for stand_in in stand_ins:
+            stand_in.restore()
+
+
 def console() -> TextIO:
     """Returns where a command's own messages reach the user (progress lines): stderr, even while ``main`` sends
     file descriptor 2, and with it the Beam workers' chatter, to the log."""
     return _console or sys.stderr
+
+
+def _usage_message(path: str) -> str:
+    """The log's last argparse usage message (from its ``usage:`` line to the end of the log)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
+    return "".join(lines[starts[-1] :]) if starts else ""
 
 
 def _show_own_warnings(path: str) -> None:

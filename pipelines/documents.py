@@ -24,10 +24,16 @@ __all__ = [
     "finished_files",
     "read_split_stats",
     "read_stats",
+    "require_deduped",
     "table_from_rows",
 ]
 
 STATS = "stats.json"  # written last by the corpus and segment stages: its presence marks a finished run
+DEDUP_STAGE = "dedup"  # the dedup stage's stats.json says ``"stage": "dedup"``: what ``require_deduped`` looks for
+# The stages that promise held-out text unseen in training: each refuses input the dedup stage did not write
+# unless given ALLOW_UNDEDUPED (``options.parse_stage_args`` adds the flag to these stages alone).
+READS_DEDUPED = ("vocab", "instances", "tasks")
+ALLOW_UNDEDUPED = "allow_undeduped"
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -110,6 +116,25 @@ def read_split_stats(folder: str, held_out_fraction: float) -> dict:
         raise ValueError(
             f"{files.join(folder, STATS)}: written with held_out_fraction {recorded}, but this stage splits at "
             f"{held_out_fraction}; set one top-level held_out_fraction for every stage"
+        )
+    return stats
+
+
+def require_deduped(folder: str, allow_undeduped: bool) -> dict:
+    """Returns ``read_stats(folder)`` after checking that the dedup stage wrote ``folder``.
+
+    Without dedup a held-out document can repeat a training one (a docstring copied into two modules), so the
+    held-out text would not be unseen: ``allow_undeduped`` accepts any finished sentences folder anyway (a
+    benchmark, a test of the stage alone).
+
+    Raises:
+        ValueError: naming the stats file and the flag, when another stage (segment) wrote the folder.
+    """
+    stats = read_stats(folder)
+    if stats.get("stage") != DEDUP_STAGE and not allow_undeduped:
+        raise ValueError(
+            f"{files.join(folder, STATS)}: not written by the dedup stage, so held-out documents may repeat "
+            f"training text; run pipelines.dedup on it and read its output, or pass --{ALLOW_UNDEDUPED}"
         )
     return stats
 

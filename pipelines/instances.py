@@ -1,6 +1,6 @@
 """instances stage: sentences → Arrow IPC shards of SOP pairs with n-gram masks, plus ``manifest.json``.
 
-Run: ``python -m pipelines.instances --input data/sentences --spiece data/vocab/spiece.model --output data/shards``
+Run: ``python -m pipelines.instances --input data/deduped --spiece data/vocab/spiece.model --output data/shards``
 (any Beam option may follow, e.g. ``--direct_num_workers 2`` or ``--runner DataflowRunner ...``).
 
 Sentence file i becomes shards ``train-i`` and ``validation-i``: a worker encodes a few files at once, then for
@@ -9,7 +9,9 @@ them out and masks them in runs of rows, and writes the two shards. Each file's 
 alone, and the work unit is a few files of bounded size, so memory stays flat however large the corpus, and
 nothing gathers all instances.
 A document is held out (validation and evaluation, never trained on) by ``pipelines.splits``, the one split every
-stage shares; the tasks stage takes its dev and test examples from the same held-out documents.
+stage shares; the tasks stage takes its dev and test examples from the same held-out documents. The input must be
+the dedup stage's output, so no held-out document repeats training text (``documents.require_deduped``;
+``--allow_undeduped`` overrides).
 
 ``--eval_output FOLDER`` also writes the held-out documents alone as SOP pairs and as NSP pairs, to
 ``FOLDER/sop`` and ``FOLDER/nsp`` (the sets of the paper's Table 5 intrinsic columns, whatever objective the
@@ -36,7 +38,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import files, progress
 from pipelines.batch_hashes import stable_hashes64
 from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_split_stats
+from pipelines.documents import STATS, finished_files, read_split_stats, require_deduped
 from pipelines.masked_pairs import Instances, Items, build_planned, plan_pairs
 from pipelines.masking import MaskingConfig, TokenClasses
 from pipelines.options import input_mb, parse_stage_args
@@ -350,13 +352,14 @@ def run(argv: list[str] | None = None) -> Manifest:
         argv,
         InstancesConfig,
         "instances",
-        {"input": "segment stage folder", "spiece": "spiece.model of the vocab stage", "output": "shard folder"},
+        {"input": "dedup stage folder", "spiece": "spiece.model of the vocab stage", "output": "shard folder"},
         __doc__,
         _work_s,
         {"eval_output": f"folder for the held-out documents alone, as {' and as '.join(EVAL_OBJECTIVES)} pairs"},
     )
     config, (input_folder, spiece, output, eval_output) = args.config, args.paths.values()
     inputs = finished_files(input_folder, "sentences")
+    require_deduped(input_folder, args.allow_undeduped)  # its held-out documents repeat no training text
     normalizer = _normalizer(input_folder, config.held_out_fraction)
     spiece_bytes = files.read_bytes(spiece)
     vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts

@@ -24,11 +24,16 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.runners.runner import PipelineResult
 
 from pipelines import files
+from pipelines.documents import ALLOW_UNDEDUPED, READS_DEDUPED
 from pipelines.params import parse_config
 
 __all__ = ["StageArgs", "input_mb", "local_mode", "parse_stage_args", "runs_locally", "work_per_input_mb"]
 
 C = TypeVar("C")
+UNDEDUPED_HELP = (
+    "read a --input the dedup stage did not write (a segment stage folder): held-out documents may then repeat "
+    "training text, so only for benchmarks and tests of the stage alone"
+)
 
 
 @dataclasses.dataclass
@@ -39,6 +44,7 @@ class StageArgs:
     paths: dict[str, str | None]  # an optional path not given: None
     beam: PipelineOptions
     params_file: str | None
+    allow_undeduped: bool = False  # --allow_undeduped, a flag of the stages in documents.READS_DEDUPED alone
 
 
 def parse_stage_args(
@@ -62,11 +68,15 @@ def parse_stage_args(
             times its measured cost); sizes Beam's local runner (``local_mode``). None: every core.
         optional_paths: flag name → help for paths the stage may be given (None in ``paths`` when not).
     """
-    parsed = parse_config(argv, config_cls, section, paths, description, allow_rest=True, optional_paths=optional_paths)
+    switches = {ALLOW_UNDEDUPED: UNDEDUPED_HELP} if section in READS_DEDUPED else {}
+    parsed = parse_config(
+        argv, config_cls, section, paths, description, allow_rest=True, optional_paths=optional_paths, switches=switches
+    )
     beam = PipelineOptions(parsed.rest)
     files.use_options(beam)  # --s3_endpoint_url and the like reach this process's own file calls too
     _size_local_runner(beam, parsed.rest, lambda: None if work_s is None else work_s(parsed.config, parsed.paths))
-    return StageArgs(parsed.config, parsed.paths, beam, parsed.params_file)
+    allow = parsed.switches.get(ALLOW_UNDEDUPED, False)
+    return StageArgs(parsed.config, parsed.paths, beam, parsed.params_file, allow)
 
 
 class LocalRunner(FnApiRunner):

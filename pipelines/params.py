@@ -38,6 +38,7 @@ class ParsedConfig(Generic[C]):
     paths: dict[str, str | None]
     rest: list[str]
     params_file: str | None
+    switches: dict[str, bool] = dataclasses.field(default_factory=dict)  # each switch: whether it was given
 
 
 def load_params(path: str | os.PathLike | None, section: str) -> dict[str, Any]:
@@ -122,6 +123,7 @@ def parse_config(
     prog: str | None = None,
     allow_rest: bool = False,
     optional_paths: dict[str, str] | None = None,
+    switches: dict[str, str] | None = None,
 ) -> ParsedConfig[C]:
     """Reads the config ``config_cls`` of a command from ``argv`` and ``params.yaml``'s ``section``.
 
@@ -134,6 +136,8 @@ def parse_config(
         prog: the program name ``--help`` shows.
         allow_rest: keep flags this parser does not know in ``rest`` (for Beam) instead of refusing them.
         optional_paths: flag name → help for paths the command may be given (None in ``paths`` when not).
+        switches: flag name → help for flags without a value that ask for an exception to the command's checks
+            (``--allow_undeduped``): given on the command line only, never by ``params.yaml``.
 
     Precedence: flag > ``params.yaml`` > the dataclass default. A key of the section that is no field is refused.
     """
@@ -148,6 +152,8 @@ def parse_config(
         parser.add_argument(f"--{name}", required=True, help=help_text)
     for name, help_text in (optional_paths or {}).items():
         parser.add_argument(f"--{name}", help=f"{help_text} (optional)")
+    for name, help_text in (switches or {}).items():
+        parser.add_argument(f"--{name}", action="store_true", help=help_text.replace("%", "%%"))
     hints = typing.get_type_hints(config_cls)
     for field in dataclasses.fields(config_cls):
         _add_field(parser, field, hints, _taken(field, values, params))
@@ -160,4 +166,5 @@ def parse_config(
     values.update({k: getattr(known, k) for k in names if hasattr(known, k)})
     params_file = known.params if Path(known.params).exists() else None
     given = {k: getattr(known, k) for k in [*paths, *(optional_paths or {})]}
-    return ParsedConfig(config_cls(**values), given, rest, params_file)
+    given_switches = {name: getattr(known, name) for name in switches or {}}
+    return ParsedConfig(config_cls(**values), given, rest, params_file, given_switches)

@@ -4,11 +4,15 @@ Owns ``VocabConfig``, the ``SampleSentences`` PTransform and ``train_vocab``. Se
 training sentence into memory and builds a suffix array (google/sentencepiece issue 708), so Beam first keeps
 the ``sample_sentences`` sentences with the smallest stable hash (memory O(sample), the same whatever the
 runner or worker count), writes them sorted by hash to one file, and SentencePiece trains on that file alone.
+Only training documents are sampled (``pipelines.splits``, the split every stage shares): a word that only
+held-out text uses gets no piece of its own, so the vocabulary tells nothing of the text evaluation scores on.
+The input must be the dedup stage's output (``documents.require_deduped``; ``--allow_undeduped`` overrides).
 Run::
 
-    python -m pipelines.vocab --input data/sentences --output data/vocab
+    python -m pipelines.vocab --input data/deduped --output data/vocab
 
-Outputs: ``spiece.model``, ``spiece.vocab`` and, written last, ``stats.json``.
+Outputs: ``spiece.model``, ``spiece.vocab`` and, written last, ``stats.json`` (``trained_on``, the documents
+read and held-out documents skipped, the sentences sampled).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import files, progress
 from pipelines.commands import main
-from pipelines.documents import STATS, finished_files
+from pipelines.documents import STATS, finished_files, read_split_stats, require_deduped
 from pipelines.hashes import stable_hash64
 from pipelines.options import parse_stage_args, work_per_input_mb
+from pipelines.splits import check_fraction, is_held_out
 from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
 from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
 
@@ -41,7 +46,11 @@ __all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to
 
 MODEL_TYPES = ("unigram",)  # transformers.AlbertTokenizer is a Unigram tokenizer; BPE pieces would not load
 SAMPLE_FILE = ".sample-sentences.txt"
-COUNTERS = Counters("vocab", "files_read", "sentences_read", "sentences_sampled")
+# sentences_read: the training documents' sentences, the pool the sample is drawn from.
+COUNTERS = Counters(
+    "vocab", "files_read", "documents_read", "held_out_documents_skipped", "sentences_read", "sentences_sampled"
+)
+TRAINED_ON = "training documents"  # stats.json's record of what the sample was drawn from
 # "identity": textnorm.Normalizer is the only normalisation. AlbertTokenizer applies the same steps, and with
 # no precompiled charsmap in the model there is nothing else for the Hugging Face export to carry over.
 NORMALIZATION_RULE = "identity"
@@ -66,6 +75,9 @@ class VocabConfig:
     num_threads: int = dataclasses.field(
         default=8, metadata={"help": "SentencePiece trainer threads; part of the result (float sum order)"}
     )
+    held_out_fraction: float = dataclasses.field(
+        default=0.2, metadata={"help": "share of documents held out (top-level param: every stage's one split)"}
+    )
     from_spiece: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -75,6 +87,7 @@ class VocabConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fraction(self.held_out_fraction)
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type {self.model_type!r}: expected one of {MODEL_TYPES}")
         if self.vocab_size <= len(SPECIAL_PIECES):
@@ -105,11 +118,15 @@ class SampleSentences(beam.PTransform):
         )
 
 
-def read_sentences(path: str) -> Iterator[str]:
-    """Yields every sentence of one segment-stage Parquet file, counting files and sentences (in ``Counted``)."""
-    column = files.read_parquet(path, columns=["sentences"]).column("sentences")
+def read_sentences(path: str, held_out_fraction: float) -> Iterator[str]:
+    """Yields every sentence of the training documents of one sentences Parquet file (``splits.is_held_out``
+    skips the rest), counting files, documents and sentences (in ``Counted``)."""
+    table = files.read_parquet(path, columns=["id", "sentences"])
+    training = [not is_held_out(doc_id, held_out_fraction) for doc_id in table.column("id").to_pylist()]
     COUNTERS.inc("files_read")
-    sentences = pc.list_flatten(column).to_pylist()
+    COUNTERS.inc("documents_read", len(training))
+    COUNTERS.inc("held_out_documents_skipped", training.count(False))
+    sentences = pc.list_flatten(table.column("sentences").filter(training)).to_pylist()
     COUNTERS.inc("sentences_read", len(sentences))
     yield from sentences  # each one is hashed and sampled downstream before the next is asked for
     progress.advance()
@@ -212,7 +229,7 @@ def run(argv: list[str] | None = None) -> dict:
         argv,
         VocabConfig,
         "vocab",
-        {"input": "segment stage folder", "output": "folder for spiece.model"},
+        {"input": "dedup stage folder", "output": "folder for spiece.model"},
         "Sample sentences and train the SentencePiece vocabulary with ALBERT's special ids.",
         work_per_input_mb(SAMPLE_CPU_S_PER_MB),
     )
@@ -221,6 +238,8 @@ def run(argv: list[str] | None = None) -> dict:
         with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab"]):
             return _copy_and_record(config.from_spiece, out, config)
     inputs = finished_files(args.paths["input"], "sentences")
+    require_deduped(args.paths["input"], args.allow_undeduped)  # its held-out documents repeat no training text
+    read_split_stats(args.paths["input"], config.held_out_fraction)  # and are the ones skipped here
     sample_path = files.join(out, SAMPLE_FILE)
     with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab", SAMPLE_FILE]):
         counters = sample_to_file(inputs, sample_path, config, args.beam)
@@ -233,20 +252,20 @@ def sample_to_file(
     """Runs the Beam pipeline that writes the sentence sample of ``inputs`` to ``sample_path``.
 
     Args:
-        inputs: segment-stage Parquet files.
+        inputs: sentences Parquet files (the dedup stage's).
         sample_path: the text file to write, one sentence per line, sorted by sampling hash.
-        config: the stage's knobs (``sample_sentences``, ``seed``).
+        config: the stage's knobs (``sample_sentences``, ``seed``, ``held_out_fraction``).
         options: Beam's pipeline options.
 
     Returns:
-        The pipeline's counters in namespace ``vocab`` (files_read, sentences_read, sentences_sampled).
+        The pipeline's counters in namespace ``vocab`` (``COUNTERS``).
     """
     pipeline = beam.Pipeline(options=options)
     _ = (
         pipeline
         | "ListSentenceFiles" >> beam.Create(inputs)
         | "SpreadFiles" >> beam.Reshuffle()
-        | "ReadSentences" >> Counted(beam.FlatMap(read_sentences))
+        | "ReadSentences" >> Counted(beam.FlatMap(read_sentences, config.held_out_fraction))
         | "SampleSentences" >> SampleSentences(config.sample_sentences, config.seed)
         | "WriteSample" >> Counted(beam.Map(_write_sample, sample_path))
     )
@@ -273,7 +292,8 @@ def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters:
     files.delete_if_exists(sample_path)  # reproducible from the inputs; not worth a DVC-cached copy
     log.info("vocab: %d pieces from %d sentences", sp.get_piece_size(), counters["sentences_sampled"])
     model = files.read_bytes(files.join(out, "spiece.model"))
-    return _record(out, sp, model, config, sampled_sentences=counters["sentences_sampled"], counters=counters)
+    drawn = {"trained_on": TRAINED_ON, "sampled_sentences": counters["sentences_sampled"], "counters": counters}
+    return _record(out, sp, model, config, **drawn)
 
 
 def _record(out: str, sp: spm.SentencePieceProcessor, model: bytes, config: VocabConfig, **provenance: Any) -> dict:

@@ -12,6 +12,9 @@ import pytest
 # Beam's in-memory runner keeps unit tests quick; tests that check parallel equality ask for processes.
 LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 NO_PARAMS = ["--params", os.devnull]  # tests set every knob they rely on, whatever params.yaml holds
+# The shared run feeds segment's sentences to vocab and instances: tests of those stages alone, not of held-out text
+# (tests/test_deduped_input.py runs them on the dedup stage's output, without this flag).
+UNDEDUPED = "--allow_undeduped"
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ def run_instances(run: PipelineRun, output: Path, *extra: str) -> None:
     from pipelines import instances
 
     argv = [*NO_PARAMS, "--input", str(run.sentences), "--spiece", str(run.spiece), "--output", str(output)]
-    instances.run([*argv, *INSTANCE_FLAGS, *extra])
+    instances.run([*argv, UNDEDUPED, *INSTANCE_FLAGS, *extra])
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +53,8 @@ def pipeline_run(tmp_path_factory: pytest.TempPathFactory) -> PipelineRun:
     run = PipelineRun(root / "corpus", root / "sentences", root / "vocab", root / "shards")
     corpus.run([*NO_PARAMS, "--output", str(run.corpus), "--embedded_max_documents=600", *LOCAL])
     segment.run([*NO_PARAMS, "--input", str(run.corpus), "--output", str(run.sentences), *LOCAL])
-    vocab.run([*NO_PARAMS, "--input", str(run.sentences), "--output", str(run.vocab), "--vocab_size=2000", *LOCAL])
+    vocab.run([*NO_PARAMS, "--input", str(run.sentences), "--output", str(run.vocab), UNDEDUPED, "--vocab_size=2000",
+               *LOCAL])  # fmt: skip
     run_instances(run, run.shards, *LOCAL)
     return run
 

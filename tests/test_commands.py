@@ -76,8 +76,17 @@ def test_a_warning_of_the_stage_module_itself_is_shown(tmp_path: Path):
     corpus.run([*local, "--inputs", str(text.parent), "--format", "text", "--output", str(tmp_path / "corpus")])
     segment.run([*local, "--input", str(tmp_path / "corpus"), "--output", str(tmp_path / "sentences")])
     command = [sys.executable, "-m", "pipelines.vocab", *local, "--vocab_size=5000"]
-    command += ["--input", str(tmp_path / "sentences"), "--output", str(tmp_path / "vocab")]
+    command += ["--input", str(tmp_path / "sentences"), "--allow_undeduped", "--output", str(tmp_path / "vocab")]
     result = subprocess.run(command, capture_output=True, text=True, env=_environment(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = result.stderr.splitlines()
     assert line.startswith("warning: vocab_size 5000 is more than this corpus supports; using ")
+
+
+def test_a_usage_error_is_shown_on_the_console_not_only_in_the_log(tmp_path: Path):
+    # argparse writes its message to stderr, which a Beam stage points at its log while it runs.
+    command = [sys.executable, "-m", "pipelines.vocab", "--params", os.devnull, "--output", str(tmp_path / "v")]
+    result = subprocess.run(command, capture_output=True, text=True, env=_environment(), timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: ")
+    assert "error: the following arguments are required: --input" in result.stderr

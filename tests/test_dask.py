@@ -40,13 +40,14 @@ OUTPUT = {"corpus": "corpus", "segment": "sentences", "dedup": "deduped", "vocab
 def _stage_args(stage: str, inputs: Path, outputs: Path) -> list[str]:
     """The stage's flags on the slice: it reads its upstream's folder under ``inputs``, writes under ``outputs``."""
     sentences, out = str(inputs / "sentences"), ["--output", str(outputs / OUTPUT[stage])]
+    undeduped = ["--input", sentences, "--allow_undeduped"]  # runner equality, not held-out text, is tested here
     return [*NO_PARAMS, *out] + {
         "corpus": ["--embedded_max_documents=450", "--embedded_packages", *PACKAGES],
         "segment": ["--input", str(inputs / "corpus")],
         "dedup": ["--input", sentences],  # its output is compared here; the later stages still read the sentences
-        "vocab": ["--input", sentences, "--vocab_size=800"],
-        "instances": ["--input", sentences, "--spiece", str(inputs / "vocab/spiece.model"), *INSTANCE_FLAGS],
-        "tasks": ["--input", sentences, "--num_packages=4", "--min_package_documents=12", "--seed=7"],
+        "vocab": [*undeduped, "--vocab_size=800"],
+        "instances": [*undeduped, "--spiece", str(inputs / "vocab/spiece.model"), *INSTANCE_FLAGS],
+        "tasks": [*undeduped, "--num_classes=4", "--min_class_documents=12", "--seed=7"],
     }[stage]
 
 

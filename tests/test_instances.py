@@ -296,6 +296,7 @@ def test_chinese_text_is_masked_character_by_character(tmp_path: Path) -> None:
             str(tmp_path / "v"),
             "--vocab_size=60",
             "--character_coverage=1.0",
+            "--allow_undeduped",
         ]
     )
     run = PipelineRun(tmp_path / "c", tmp_path / "s", tmp_path / "v", tmp_path / "out")

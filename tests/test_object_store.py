@@ -87,8 +87,8 @@ def bucket_shards(endpoint: str) -> str:
     segment.run([*NO_PARAMS, "--input", f"{root}/corpus", "--output", f"{root}/sentences", *LOCAL, *flags])
     dedup.run([*NO_PARAMS, "--input", f"{root}/sentences", "--output", f"{root}/deduped", "--slice_mb=0.01",
                f"--held_out_fraction={HELD_OUT}", *LOCAL, *flags])  # fmt: skip
-    vocab.run([*NO_PARAMS, "--input", f"{root}/deduped", "--output", f"{root}/vocab", "--vocab_size=400", *LOCAL,
-               *flags])  # fmt: skip
+    vocab.run([*NO_PARAMS, "--input", f"{root}/deduped", "--output", f"{root}/vocab", "--vocab_size=400",
+               f"--held_out_fraction={HELD_OUT}", *LOCAL, *flags])  # fmt: skip
     command = [
         sys.executable, "-m", "pipelines.instances", *NO_PARAMS, "--input", f"{root}/deduped",
         "--spiece", f"{root}/vocab/spiece.model", "--output", f"{root}/shards", "--max_seq_length=64",

@@ -18,14 +18,15 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipelines import files, vocab
 from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
 from pipelines.seeding import stable_hash64
+from pipelines.splits import is_held_out
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import NUM_SPECIAL, SPECIAL_PIECES, load_spiece
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
-STAGE_FLAGS = ["--vocab_size=600", "--sample_sentences=1500", "--num_threads=2", "--seed=3"]
+STAGE_FLAGS = ["--vocab_size=600", "--sample_sentences=1200", "--num_threads=2", "--seed=3"]
 MODULES = ["inspect", "json", "collections", "textwrap", "shutil", "pathlib", "argparse", "functools", "re", "os"]
-MODULES += ["subprocess", "typing", "dataclasses", "unittest", "logging"]  # about 1,900 sentences, 30,000 words
+MODULES += ["subprocess", "typing", "dataclasses", "unittest", "logging"]  # ~1,900 sentences (~1,450 training)
 CHINESE = [
     "机器学习是人工智能的一个分支。",
     "我们今天去公园散步，天气很好。",
@@ -57,7 +58,7 @@ def _raw_sentences() -> dict[str, list[str]]:
 
 
 def _write_sentences(folder: Path, documents: dict[str, list[str]], num_files: int = 3) -> Path:
-    """Writes a finished segment-stage output: normalised sentences spread over ``num_files`` Parquet files."""
+    """Writes a finished dedup-stage output: normalised sentences spread over ``num_files`` Parquet files."""
     norm = Normalizer()
     rows: list[list[dict]] = [[] for _ in range(num_files)]
     for i, (doc_id, raw) in enumerate(sorted(documents.items())):
@@ -66,7 +67,7 @@ def _write_sentences(folder: Path, documents: dict[str, list[str]], num_files: i
         files.write_parquet_atomically(
             str(folder / file_name("sentences", i, num_files)), table_from_rows(file_rows, SENTENCES_SCHEMA)
         )
-    files.write_json_atomically(str(folder / "stats.json"), {})  # what marks a finished segment stage
+    files.write_json_atomically(str(folder / "stats.json"), {"stage": "dedup"})  # a finished dedup stage's mark
     return folder
 
 
@@ -124,6 +125,29 @@ def test_sample_file_is_identical_with_one_and_two_workers(sentences_dir: Path, 
     assert len((tmp_path / "one.txt").read_text(encoding="utf-8").splitlines()) == 300
 
 
+def _documents_using(word: str, held_out: bool, count: int) -> dict[str, list[str]]:
+    """``count`` documents, all held out or all training (default fraction 0.2), whose sentences repeat ``word``."""
+    ids = (f"{word}-{i}" for i in range(100 * count))
+    chosen = [doc_id for doc_id in ids if is_held_out(doc_id, 0.2) == held_out][:count]
+    return {d: [f"The {word} {word} of {d} holds the {word} value {i}." for i in range(6)] for d in chosen}
+
+
+def test_only_training_documents_are_sampled(documents: dict[str, list[str]], tmp_path: Path) -> None:
+    # Two made-up words, each in 40 documents of six sentences: the word of training documents becomes a piece,
+    # the word of held-out documents alone does not, as the vocabulary never saw it.
+    extra = _documents_using("zqxjvb", held_out=True, count=40) | _documents_using("wvkpyz", held_out=False, count=40)
+    folder = _write_sentences(tmp_path / "sentences", documents | extra)
+    stats = _run_stage(folder, tmp_path / "vocab", *IN_MEMORY)
+    pieces = set(load_spiece(tmp_path / "vocab" / "spiece.model").id_to_piece(i) for i in range(600))
+    assert "▁wvkpyz" in pieces and "▁zqxjvb" not in pieces
+    held = sum(is_held_out(doc_id, 0.2) for doc_id in documents | extra)
+    assert stats["trained_on"] == "training documents" and held > 40
+    counters = stats["counters"]
+    assert counters["held_out_documents_skipped"] == held and counters["documents_read"] == len(documents | extra)
+    training = [s for doc_id, raw in (documents | extra).items() if not is_held_out(doc_id, 0.2) for s in raw]
+    assert counters["sentences_read"] == len(training)
+
+
 def test_stage_writes_albert_layout_without_bos_eos(stage_runs: tuple[Path, Path]) -> None:
     out, _ = stage_runs
     sp = load_spiece(out / "spiece.model")
@@ -131,7 +155,7 @@ def test_stage_writes_albert_layout_without_bos_eos(stage_runs: tuple[Path, Path
     assert sp.bos_id() == -1 and sp.eos_id() == -1 and sp.pad_id() == 0 and sp.unk_id() == 1
     assert sp.get_piece_size() == 600
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["vocab_size"] == 600 and stats["sampled_sentences"] == 1500
+    assert stats["vocab_size"] == 600 and stats["sampled_sentences"] == 1200
     assert stats["spiece_model_sha256"] == files.sha256_hex((out / "spiece.model").read_bytes())
     assert len((out / "spiece.vocab").read_text(encoding="utf-8").splitlines()) == 600
     assert sorted(p.name for p in out.iterdir()) == ["spiece.model", "spiece.vocab", "stats.json"]

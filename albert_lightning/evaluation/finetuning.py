@@ -4,11 +4,16 @@
 weights of the same shape (the baseline that tells what pretraining bought). Texts are normalised and encoded
 exactly as the pretraining pipeline did (``textnorm`` with the switches the start records, see ``load_pretrained``,
 then ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
+
+An evaluation is many small runs (every task, size, seed and start): ``show_run`` gives each one line on the
+console, and the command sends Lightning's per-run banners, tips and the libraries' warnings to its log
+(``CHATTER``, ``pipelines.commands.main``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,19 +30,27 @@ from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.sharding import FSDP2Strategy, shard_albert
+from pipelines.commands import LIGHTNING_LOGGERS, Chatter, console
 from pipelines.textnorm import Normalizer
 from pipelines.vocab_layout import CLS_ID, SEP_ID, load_spiece
 
 __all__ = [
+    "CHATTER",
     "AlbertFineTuning",
     "Encoder",
     "finetune_trainer",
     "load_encoder",
     "random_encoder",
     "run_finetuning",
+    "show_run",
     "start_names",
     "starts",
 ]
+
+
+# What evaluate sends to its log: each of its runs would print Lightning's banners and tip again, and the warnings
+# libraries raise during runs whose settings evaluate fixes are not the user's to act on.
+CHATTER = Chatter(LIGHTNING_LOGGERS, (Warning,))
 
 
 def load_encoder(source: str | Path | None, config: AlbertConfig | None = None) -> AlbertForPreTraining:
@@ -92,16 +105,38 @@ def run_finetuning(
     """Fine-tunes the module ``build`` makes, for ``steps`` on ``loader`` over ``devices``.
 
     ``seed`` is set before ``build`` runs, so the head's init and the dropout masks follow it (the loader's
-    order has its own generator). Every fine-tuning run of ``evaluate`` goes through here.
+    order has its own generator). Every fine-tuning run of ``evaluate`` goes through here. The module keeps the
+    run's start time and last training loss (``started``, ``loss``) for ``show_run``: scoring clears the trainer's.
     """
     # Adam's second moments and some activations underflow into subnormal floats, which x86 CPUs compute many
     # times slower: flushing them halved the small preset's step time on one thread.
     torch.set_flush_denormal(True)
     L.seed_everything(seed, verbose=False)
     module = build()
+    module.started = time.perf_counter()  # show_run's clock: the run's fit and the scoring after it
     trainer = finetune_trainer(devices, steps)
     trainer.fit(module, train_dataloaders=loader)
+    loss = trainer.callback_metrics.get("finetune/loss")
+    module.loss = None if loss is None else float(loss)
     return trainer, module
+
+
+def show_run(what: str, trainer: L.Trainer, module: AlbertFineTuning, scores: dict[str, float]) -> str:
+    """Prints one finished run's line to the console and returns it, e.g. ``package, 128 examples, seed 3/5,
+    pretrained: lr 0.0001, 30 steps, loss 0.412, dev accuracy 0.610 (4.2 s)``.
+
+    Args:
+        what: which run: the task, training examples, seed and start.
+        trainer, module: ``run_finetuning``'s, after any scoring (the time counts it).
+        scores: name → the run's score, as the caller measured it.
+    """
+    parts = [f"lr {module.hparams.lr:g}", f"{trainer.global_step} steps"]
+    parts += [f"loss {module.loss:.3f}"] if getattr(module, "loss", None) is not None else []
+    parts += [f"{name} {value:.3f}" for name, value in scores.items()]
+    line = f"{what}: {', '.join(parts)} ({time.perf_counter() - module.started:.1f} s)"
+    if trainer.is_global_zero:  # every rank of a sharded run gets here: one line for the run
+        print(line, file=console(), flush=True)
+    return line
 
 
 def start_names(random_baseline: bool = True) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from albert_lightning.checkpoints import load_checkpoint, refusal, safe_loading
 from albert_lightning.pretraining.data import ShardDataModule
 from albert_lightning.pretraining.module import AlbertPretraining
 from albert_lightning.pretraining.progress_bar import StepProgressBar
+from pipelines.commands import DEPRECATIONS, LIGHTNING_LOGGERS, Chatter
 from pipelines.commands import main as run_command
 
 __all__ = ["DEFAULT_CONFIG", "DESCRIPTION", "cli_main"]
@@ -237,6 +238,11 @@ def _command(argv: list[str]) -> None:
     cli_main(None)
 
 
+# Lightning's banners, tip and model summary, and the libraries' deprecation notices, go to the run's log: the
+# console keeps the progress bar (stdout), Lightning's warnings and ours, and the error line.
+CHATTER = Chatter(LIGHTNING_LOGGERS, DEPRECATIONS)
+
+
 def command() -> None:
     """Runs the command line; an error is one line, its trace in a log (pipelines/commands.py)."""
-    run_command(_command, "fit")
+    run_command(_command, "fit", chatter=CHATTER)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, run_finetuning, starts
+from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, run_finetuning, show_run, starts
 from albert_lightning.evaluation.intervals import median_gain_interval
 from albert_lightning.evaluation.lr_selection import HeldSlice, choose_lrs
 from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
@@ -298,7 +298,9 @@ def _slice_score(
     steps = finetuning_steps(len(rows), config.epochs, config.batch_size, config.min_steps, config.max_steps)
     trainer, module = _finetune(network, task, rows, steps, part.seed, config, lr)
     predictions = _predict(trainer, module, sliced, [inputs.train[i] for i in part.held], config)
-    return _scores(sliced, predictions)[0][task.primary]
+    score = _scores(sliced, predictions)[0][task.primary]
+    show_run(f"{task.name}, choosing lr on {len(part.fit)} questions", trainer, module, {f"held {task.primary}": score})
+    return score
 
 
 def _size(
@@ -327,6 +329,8 @@ def _size(
             trainer, module = _finetune(network, task, rows, steps, seed, config, lrs[start])
             predictions = _predict(trainer, module, task, inputs.dev, config)
             scores, per_question = _scores(task, predictions)
+            what = f"{task.name}, {size} questions, seed {seeds.index(seed) + 1}/{len(seeds)}, {start}"
+            show_run(what, trainer, module, {f"dev {task.primary}": scores[task.primary]})
             runs.setdefault(start, []).append(scores)
             questions.setdefault(start, []).append(per_question[task.primary])
             if audit and seed == seeds[0] and start == "pretrained":
