@@ -1,4 +1,5 @@
-"""The one slower test: ``dvc repro`` runs every stage of dvc.yaml, unchanged, on a small slice of the default."""
+"""The one slower test: ``dvc repro`` runs every stage of dvc.yaml, unchanged, on a small slice of the default;
+then ``dvc exp run`` runs them all again on a user's unlabelled prose (tests/fixtures/prose) to a report."""
 
 from __future__ import annotations
 
@@ -89,11 +90,19 @@ def test_dvc_repro_runs_every_stage_and_reports(tmp_path: Path) -> None:
 
 
 def _an_experiment_compares_with_its_baseline(project: Path, env: dict[str, str]) -> None:
-    """The metrics files are in git (cache: false, not ignored), so `dvc exp show` has numbers for both rows."""
+    """The README's third command on prose without labels: every stage runs again and the report holds the
+    intrinsic scores; the metrics files are in git (cache: false), so `dvc exp show` has numbers for both rows."""
     dvc = [sys.executable, "-m", "dvc"]
-    run = subprocess.run([*dvc, "exp", "run", "-S", "evaluate.seeds=1"], cwd=project, env=env, capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    shutil.copytree(ROOT / "tests/fixtures/prose", project / "prose", ignore=shutil.ignore_patterns("*.md"))
+    command = [*dvc, "exp", "run", "-S", "corpus.inputs=[prose]", "-S", "vocab.vocab_size=1000"]
+    run = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    console = run.stdout + run.stderr
+    assert "Tip:" not in console and "litlogger" not in console and "_pytree" not in console, console[-3000:]
+    tasks = json.loads((project / "data/tasks/stats.json").read_text())
+    assert tasks["tasks"] == {} and tasks["reason"]
+    report = (project / "data/eval/report.md").read_text()
+    assert "No downstream task" in report and "| sop | sop |" in report, report[:2000]  # the intrinsic rows
     shown = subprocess.run([*dvc, "exp", "show", "--json"], cwd=project, env=env, capture_output=True, text=True,
                            check=True)  # fmt: skip
     [baseline] = [row for row in json.loads(shown.stdout) if row["rev"] != "workspace"]  # the commit's row
@@ -101,6 +110,6 @@ def _an_experiment_compares_with_its_baseline(project: Path, env: dict[str, str]
     for row in (baseline, experiment):
         metrics = row["data"]["metrics"]
         assert metrics["data/pretrain/metrics.json"]["data"]["validation"]["mlm_accuracy"] is not None
-        assert metrics["data/eval/metrics.json"]["data"]["tasks"], row["data"].get("rev")
-    seeds = [row["data"]["params"]["params.yaml"]["data"]["evaluate"]["seeds"] for row in (baseline, experiment)]
-    assert seeds == [2, 1]  # the experiment's own run beside the baseline's
+    assert baseline["data"]["metrics"]["data/eval/metrics.json"]["data"]["tasks"]
+    inputs = [row["data"]["params"]["params.yaml"]["data"]["corpus"]["inputs"] for row in (baseline, experiment)]
+    assert inputs == [[], ["prose"]]  # the experiment's own run beside the baseline's
