@@ -18,6 +18,7 @@ from albert_lightning.evaluation import cli as evaluate
 from pipelines import corpus, dedup, leakage, segment, splits, tasks
 from pipelines.sources import plan_sources, read_records
 from tests.conftest import LOCAL, NO_PARAMS, PipelineRun
+from tests.test_evaluate import _argv  # the same tiny evaluate run
 
 FRACTION = 0.3
 WORDS = "river stone music paint goal match vote court cloud light bread salt wheel engine poem novel".split()
@@ -166,15 +167,6 @@ def test_leakage_covers_a_labelled_task_and_an_empty_task_set(
         counts = metrics["tasks"]["category"][split]
         assert counts == {"documents": stats["tasks"]["category"][split]["examples"], "in_training_shards": 0}
     assert _leakage(unlabelled_tasks.parent, pipeline_run.shards)["tasks"] == {}
-
-
-def _argv(run: PipelineRun, checkpoint: Path, output: Path, *flags: str) -> list[str]:
-    return [
-        "--params", "/dev/null", "--checkpoint", str(checkpoint), "--spiece", str(run.spiece),
-        "--shards", str(run.shards), "--output", str(output), "--max_steps", "2", "--batch_size", "4",
-        "--intrinsic_batches", "1", "--seeds", "1", "--train_sizes", "0", "--min_steps", "1",
-        "--bootstrap_resamples", "20", *flags,
-    ]  # fmt: skip
 
 
 def test_evaluate_scores_every_task_a_tasks_folder_lists(
