@@ -1,6 +1,7 @@
 """Shared passages: the dedup stage's third rule, which removes boilerplate and keeps language (pure).
 
-Imports neither Beam nor torch (numpy, and ``near_duplicates.first_of_runs``), so the stage, the leakage stage, tests and benches call it directly.
+Imports neither Beam nor torch (numpy, and ``near_duplicates.first_of_runs``), so the stage, the leakage stage,
+tests and benches call it directly.
 
 A *passage* is text long enough to identify where it came from: one sentence of at least ``min_words`` words, or
 ``span`` consecutive sentences of at least ``min_words`` words together (so a licence's "1.e.1." goes with the
