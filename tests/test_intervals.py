@@ -80,3 +80,44 @@ def test_shapes_must_agree() -> None:
         median_gain_interval(np.zeros((2, 3)), np.zeros((3, 3)), np.zeros(3))
     with pytest.raises(ValueError, match=r"must be \[S, N\]"):
         median_gain_interval(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros(4))
+
+
+def test_gain_over_pretraining_runs_matches_an_independent_loop() -> None:
+    """Runs drawn first, then seeds once (shared by every run: the same subsets), then examples; a resample's gain
+    is the mean over drawn runs of the median over drawn seeds of (pretrained − random init)."""
+    rng = np.random.default_rng(4)
+    references = rng.integers(0, 2, size=40)
+    pretrained = (rng.random((3, 4, 40)) < np.array([0.8, 0.6, 0.7])[:, None, None]).astype(int)  # [R, S, N]
+    pretrained = np.where(pretrained == 1, references, 1 - references)
+    random_init = rng.integers(0, 2, size=(4, 40))
+
+    def accuracy(p: np.ndarray, rows: list[int]) -> float:
+        return float(np.mean(p[rows] == references[rows]))
+
+    g = np.random.default_rng(9)
+    resampled = []
+    for _ in range(300):
+        runs = g.integers(0, 3, size=3)
+        seeds = g.integers(0, 4, size=4)
+        rows = g.integers(0, 40, size=40).tolist()
+        per_run = [np.median([accuracy(pretrained[r, s], rows) - accuracy(random_init[s], rows) for s in seeds])
+                   for r in runs]  # fmt: skip
+        resampled.append(np.mean(per_run))
+    gain = median_gain_interval(pretrained, random_init, references, resamples=300, seed=9)
+    every = list(range(40))
+    point = np.mean([np.median([accuracy(pretrained[r, s], every) - accuracy(random_init[s], every)
+                                for s in range(4)]) for r in range(3)])  # fmt: skip
+    assert gain.median == pytest.approx(point)
+    assert (gain.low, gain.high) == pytest.approx(tuple(np.percentile(resampled, [2.5, 97.5])))
+
+
+def test_identical_runs_do_not_narrow_the_interval() -> None:
+    """Seeds are shared by the runs, so three copies of one run are no more evidence than the run: the interval
+    stays that of one run (up to the generator's other draws), not a third as wide."""
+    rng = np.random.default_rng(2)
+    references = rng.integers(0, 3, size=60)
+    pretrained, random_init = rng.integers(0, 3, size=(5, 60)), rng.integers(0, 3, size=(5, 60))
+    one = median_gain_interval(pretrained, random_init, references, resamples=2000)
+    three = median_gain_interval(np.stack([pretrained] * 3), random_init, references, resamples=2000)
+    assert three.median == one.median
+    assert (three.high - three.low) == pytest.approx(one.high - one.low, rel=0.15)

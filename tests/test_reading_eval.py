@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import transformers
 
 from albert_lightning.evaluation import cli as evaluate
 from albert_lightning.evaluation.reading.runner import first_sentence_object, reading_task
+from albert_lightning.evaluation.report import read_question_scores
 from albert_lightning.evaluation.task_files import TaskDataError
 from tests.conftest import PipelineRun
 from tests.test_evaluate import _argv
@@ -90,6 +92,12 @@ def test_squad_and_race_fine_tune_score_and_export(
     rows = [json.loads(line) for line in (tmp_path / "predictions" / "squad1" / "dev.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["q0", "q1", "q2", "q3"]
     assert all(r["prediction"] in PASSAGES[i][0] for i, r in enumerate(rows))
+    # Every run's per-question scores are there too, and each seed's mean is the score its run reported.
+    per_question = read_question_scores(tmp_path / "predictions" / "squad1" / "dev.jsonl")
+    for start in ("pretrained", "random_init"):
+        for size_name, by_seed in per_question[start].items():
+            means = [float(np.mean(seed)) for seed in by_seed]
+            assert means == pytest.approx(squad1["sizes"][size_name]["seeds"][start], abs=1e-4)
     for task, model in (
         ("squad2", transformers.AlbertForQuestionAnswering),
         ("race", transformers.AlbertForMultipleChoice),

@@ -29,12 +29,14 @@ from albert_lightning.evaluation.task_files import TaskSpec
 from pipelines import files
 
 __all__ = [
+    "ACROSS_RUNS",
     "STARTS",
     "DevPredictions",
     "SplitPredictions",
     "curve_rows",
     "markdown_table",
     "read_predictions",
+    "read_question_scores",
     "round_score",
     "rounded_gain",
     "summarise",
@@ -46,6 +48,12 @@ __all__ = [
 ]
 
 STARTS = ("pretrained", "random_init")
+# Under every gain table: what its intervals leave out, and where the figures that include it are.
+ACROSS_RUNS = (
+    "These intervals resample the fine-tuning seeds and dev examples of this one pretraining run; another run of "
+    "the same pretraining can land outside them (docs/reproducibility.md). data/replicates/report/report.md gives "
+    "each gain with an interval over pretraining runs too (`dvc repro replicates/dvc.yaml`)."
+)
 DIGITS = 4
 PREDICTION_DIGITS = 6  # regression predictions: far below any score's 4th decimal, and short lines
 
@@ -211,6 +219,29 @@ def read_predictions(path: str | Path) -> DevPredictions:
     return DevPredictions(labels, starts)
 
 
+def read_question_scores(path: str | Path) -> dict[str, dict[str, list[list[float]]]]:
+    """Reads a reading task's ``dev.jsonl`` (``reading/runner.py``) back into start → train size → per seed the
+    primary score of each question, in file order.
+
+    Raises:
+        ValueError: A line's runs differ from the first line's, or no line has per-seed scores.
+    """
+    starts: dict[str, dict[str, list[list[float]]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for i, text in enumerate(f):
+            line = json.loads(text)
+            for start in STARTS:
+                for size, seeds in line.get(start, {}).items():
+                    rows = starts.setdefault(start, {}).setdefault(size, [[] for _ in seeds])
+                    if len(rows) != len(seeds) or any(len(row) != i for row in rows):
+                        raise ValueError(f"{path}, line {i + 1}: {len(seeds)} seeds for {start} {size}")
+                    for row, value in zip(rows, seeds, strict=True):
+                        row.append(float(value))
+    if not starts:
+        raise ValueError(f"{path}: no per-seed question scores (written before they were recorded?)")
+    return starts
+
+
 def _splits(report: dict[str, Any]):
     """Yields (task, split, primary metric, split summary) per task and dev split."""
     for name, task in report["tasks"].items():
@@ -236,6 +267,8 @@ def markdown_table(report: dict[str, Any]) -> str:
             cells.append(f"{scores['majority'][metric]:.3f}")
             where = f"{split} ({scores['examples']})"
             lines.append(f"| {name} | {where} | {metric} | {size['train_examples']} | {' | '.join(cells)} |")
+    if any("gain" in size for *_, scores in _splits(report) for size in scores["sizes"].values()):
+        lines += ["", ACROSS_RUNS]
     lines += [
         "",
         "| held-out shards | kind | MLM accuracy | most frequent token | sentence-pair accuracy |",

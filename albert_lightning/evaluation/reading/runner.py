@@ -40,7 +40,7 @@ from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps,
 from albert_lightning.evaluation.reading.files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
 from albert_lightning.evaluation.reading.metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
 from albert_lightning.evaluation.reading.spans import Window, decode, make_windows
-from albert_lightning.evaluation.report import STARTS, round_score, rounded_gain
+from albert_lightning.evaluation.report import PREDICTION_DIGITS, STARTS, round_score, rounded_gain
 from albert_lightning.evaluation.task_files import TaskDataError, read_task_config
 from albert_lightning.interop.hf import check_export_target, export_hf
 from albert_lightning.model import AlbertForPreTraining
@@ -312,14 +312,15 @@ def _size(
     config: Any,
     lrs: dict[str, float],
     audit: bool,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, list[np.ndarray]], dict[str, Any] | None]:
     """Fine-tunes every (seed, start) on ``size`` training questions, each start at its rate in ``lrs``; returns
-    the size's summary. With ``audit``, the pretrained start's first seed writes its predictions and network
-    (``_write_audit``)."""
+    the size's summary, per start each seed's per-question primary scores, and with ``audit`` the pretrained
+    start's first seed's predictions (its network is written as a Hugging Face folder)."""
     seeds = finetuning_seeds(config.seed, config.seeds)
     runs: dict[str, list] = {}
     questions: dict[str, list] = {}
     steps = 0
+    audited = None
     for seed in seeds:
         # The same subset and order for both starts: the gain is a paired comparison.
         subset = [inputs.train[i] for i in train_subset(len(inputs.train), seed, task.name, size)]
@@ -334,27 +335,33 @@ def _size(
             runs.setdefault(start, []).append(scores)
             questions.setdefault(start, []).append(per_question[task.primary])
             if audit and seed == seeds[0] and start == "pretrained":
-                _write_audit(task, predictions, module, encoder, config)
-    return {"train_examples": size, "steps": steps, **_summary(runs, questions, task, config)}
+                audited = predictions
+                network = module.network
+                export_hf(network, network.albert.config, Path(config.output) / "finetuned" / task.name,
+                          config.spiece, encoder.normalize)  # fmt: skip
+    summary = {"train_examples": size, "steps": steps, **_summary(runs, questions, task, config)}
+    return summary, questions, audited
 
 
-def _write_audit(
-    task: ReadingTask, predictions: dict[str, Any], module: AlbertFineTuning, encoder: Encoder, config: Any
+def _write_predictions(
+    task: ReadingTask, audited: dict[str, Any], scores: dict[str, dict[str, list[np.ndarray]]], config: Any
 ) -> None:
-    """Writes the audited run's dev predictions and its fine-tuned network as a Hugging Face folder."""
+    """Writes ``predictions/<task>/dev.jsonl``: per question the audited run's prediction, and per start and
+    training size every seed's primary score of it (what ``ablations/across_runs.py`` resamples)."""
     lines = []
-    for question in task.dev:
-        prediction = predictions[question.id]
+    for i, question in enumerate(task.dev):
+        prediction = audited[question.id]
         if task.head == "choice":
             row = {"id": question.id, "label": question.label, "prediction": int(np.argmax(prediction))}
         else:
             row = {"id": question.id, "answers": [a.text for a in question.answers], "prediction": prediction.text,
                    "null_score_diff": round_score(prediction.null_score_diff)}  # fmt: skip
+        for start in STARTS:
+            if any(start in by_start for by_start in scores.values()):
+                row[start] = {size: [round(float(seed[i]), PREDICTION_DIGITS) for seed in by_start[start]]
+                              for size, by_start in scores.items()}  # fmt: skip
         lines.append(json.dumps(row, ensure_ascii=False) + "\n")
     write_text_atomically(os.path.join(config.output, "predictions", task.name, "dev.jsonl"), "".join(lines))
-    network = module.network
-    export_hf(network, network.albert.config, Path(config.output) / "finetuned" / task.name, config.spiece,
-              encoder.normalize)  # fmt: skip
 
 
 def evaluate_reading_task(
@@ -373,9 +380,12 @@ def evaluate_reading_task(
     score = functools.partial(_slice_score, task, inputs, config)
     choices = choose_lrs(pretrained, config, [q.id for q in task.train], task.name, score)
     lrs = {start: choice.lr for start, choice in choices.items()}
+    scores: dict[str, dict[str, list[np.ndarray]]] = {}
     for size in sizes:
-        audit = size == sizes[-1]
-        split["sizes"][str(size)] = _size(task, inputs, size, pretrained, encoder, config, lrs, audit)
+        summary, scores[str(size)], audited = _size(task, inputs, size, pretrained, encoder, config, lrs,
+                                                    size == sizes[-1])  # fmt: skip
+        split["sizes"][str(size)] = summary
+    _write_predictions(task, audited, scores, config)
     return {"task": task.name, "primary": task.primary, "kind": task.head, "train_examples": len(task.train),
             "lr": {start: choice.to_json() for start, choice in choices.items()}, "splits": {"dev": split}}  # fmt: skip
 
