@@ -29,18 +29,20 @@ def _imported_modules(module: str, seen: set[str] | None = None) -> set[str]:
     return seen
 
 
+DVC_FILES = ("dvc.yaml", "ablations/dvc.yaml", "adapt/dvc.yaml", "replicates/dvc.yaml")
+
+
 def _stages(package: str) -> list[tuple[str, str, list[str]]]:
-    """(stage, module, deps) of each ``python -m {package}.…`` command of the three dvc.yaml files (a stage with a
-    list of commands gives one entry per command)."""
+    """(stage, module, deps) of each ``python -m {package}.…`` of the pipelines' dvc.yaml files: one entry per
+    module a command runs (a stage with a list of commands, or a launcher running another module, gives several)."""
     stages = []
-    for dvc_file in ("dvc.yaml", "ablations/dvc.yaml", "adapt/dvc.yaml"):
+    for dvc_file in DVC_FILES:
         for name, stage in yaml.safe_load((REPO / dvc_file).read_text())["stages"].items():
             stage = stage.get("do", stage)
             commands = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
             for command in commands:
-                if f"python -m {package}." in command:
-                    module = command.split(f"python -m {package}.")[1].split()[0]
-                    stages.append((f"{dvc_file}:{name}", module, stage.get("deps", [])))
+                for run in command.split(f"python -m {package}.")[1:]:
+                    stages.append((f"{dvc_file}:{name}", run.split()[0], stage.get("deps", [])))
     return stages
 
 
