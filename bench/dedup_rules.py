@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -164,9 +165,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", action="append", required=True, help="name=segment-stage folder (repeatable)")
     parser.add_argument("--before", type=Path, required=True, help="checkout of the code to compare with")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/dedup_rules"))
+    # The runs' outputs are read back as measurements: a private folder, never a shared predictable /tmp path.
+    parser.add_argument("--work", type=Path, default=None, help="folder for the runs (default: a new private one)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args()
+    args.work = args.work or Path(tempfile.mkdtemp(prefix="albert-dedup-rules-"))
     report, lines = {}, ["# What the dedup rules remove (bench/dedup_rules.py)", ""]
     for name, folder in (item.split("=", 1) for item in args.corpus):
         source, work = Path(folder), args.work / name

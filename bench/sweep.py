@@ -1,6 +1,6 @@
 """Which pretraining shape learns most per minute on this machine: the sweep behind configs/pretrain.yaml.
 
-Run: ``python bench/sweep.py [--minutes 5] [--only mini-128 small-128] [--workdir /tmp/albert-sweep]``
+Run: ``python bench/sweep.py [--minutes 5] [--only mini-128 small-128] [--workdir DIR]``
 after ``dvc repro`` has made ``data/deduped`` and ``data/vocab`` (or name them with ``--sentences`` and
 ``--spiece``). For each candidate (a model shape, sequence length, batch size, optimizer and learning rate):
 
@@ -29,6 +29,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,7 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--sentences", default="data/deduped")  # the documents pretraining reads
     parser.add_argument("--spiece", default="data/vocab/spiece.model")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/albert-sweep"))
+    # The workdir's files are trusted (configs naming classes to build, resumable rows): never a shared,
+    # predictable /tmp path; by default a fresh private folder (mkdtemp: this user only), named on the console.
+    parser.add_argument("--workdir", type=Path, default=None, help="resume from here (default: a new private folder)")
     parser.add_argument("--results", type=Path, default=BENCH / "results")
     parser.add_argument("--dupe_factor", type=int, default=4)
     parser.add_argument("--probe_steps", type=int, default=30)
@@ -275,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--beam_args", default="--direct_running_mode=multi_processing --direct_num_workers=2")
     args = parser.parse_args(argv)
+    if args.workdir is None:
+        args.workdir = Path(tempfile.mkdtemp(prefix="albert-sweep-"))
+        print(f"sweep: working in {args.workdir} (give it as --workdir to resume)")
     args.workdir.mkdir(parents=True, exist_ok=True)
     done = args.workdir / "rows.jsonl"  # the sweep resumes: a candidate already measured is not run again
     rows = [json.loads(line) for line in done.read_text().splitlines()] if done.exists() else []
