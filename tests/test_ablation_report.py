@@ -8,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -74,21 +75,26 @@ def _predictions(folder: Path, correct: list[range]) -> float:
     return sorted(len(right) / DEV for right in correct)[1]
 
 
-def _write_run(folder: Path, overrides: dict, objective: str, masking: str) -> AlbertConfig:
-    """A run folder as the grid leaves it (checkpoint hyper-parameters, evaluation, curve), without weights."""
+def _write_run(
+    folder: Path, overrides: dict, objective: str, masking: str, seed: int = 1, sop_shift: int = 0
+) -> AlbertConfig:
+    """One pretraining run of a variant as the grid leaves it (checkpoint hyper-parameters, curve, evaluation),
+    without weights: ``pretrain/seed-<seed>`` and ``eval/seed-<seed>``; ``sop_shift`` moves its SOP count."""
     config = AlbertConfig.preset("base", **overrides)
-    (folder / "checkpoints").mkdir(parents=True)
-    (folder / "eval").mkdir()
-    (folder / "curves").mkdir()
+    run, evaluated = folder / "pretrain" / f"seed-{seed}", folder / "eval" / f"seed-{seed}"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "curves").mkdir()
+    evaluated.mkdir(parents=True)
     hparams = {"config": dataclasses.asdict(config), "inter_sentence": objective}
     data = {"masking": masking, "data_dir": str(folder / "no-such-shards")}
-    torch.save({"hyper_parameters": hparams, "datamodule_hyper_parameters": data}, folder / "checkpoints/last.ckpt")
-    score = _predictions(folder / "eval", CORRECT[folder.name])
+    torch.save({"hyper_parameters": hparams, "datamodule_hyper_parameters": data}, run / "checkpoints/last.ckpt")
+    score = _predictions(evaluated, CORRECT[folder.name])
     split = {"examples": DEV, "sizes": {"64": {"pretrained": {"accuracy": score}}}}
     task = {"primary": "accuracy", "kind": "classification", "labels": ["a", "b"], "splits": {"dev": split}}
-    evaluation = {"intrinsic": _eval(*INTRINSIC[folder.name]), "tasks": {"package": task}}
-    (folder / "eval/metrics.json").write_text(json.dumps(evaluation))
-    (folder / "curves/validation.csv").write_text(
+    sop, nsp, mlm = INTRINSIC[folder.name]
+    evaluation = {"intrinsic": _eval(sop + sop_shift, nsp, mlm), "tasks": {"package": task}}
+    (evaluated / "metrics.json").write_text(json.dumps(evaluation))
+    (run / "curves/validation.csv").write_text(
         "step,mlm_loss,mlm_accuracy,sop_loss,sop_accuracy\n0,8.5,0.0,0.69,0.5\n50,6.0,0.1,0.6,0.7\n"
     )
     return config
@@ -136,12 +142,15 @@ def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
     by_key = {f["key"]: f for f in findings["Findings"]}
     assert json.loads((out / "findings.json").read_text()) == findings["Findings"]
 
-    sop = by_key["SOP>NSP on SOP"]  # 0.900 vs 0.520 on 1000 pairs each: ±1.96·sqrt(0.00009 + 0.0002496)
+    # 0.900 vs 0.520 on 1000 pairs each, one run: the binomial draws give about the normal interval,
+    # ±1.96·sqrt(0.00009 + 0.0002496) = ±0.036119
+    sop = by_key["SOP>NSP on SOP"]
     assert (sop["first_value"], sop["second_value"], sop["verdict"]) == (0.9, 0.52, "holds")
-    assert (sop["low"], sop["high"]) == pytest.approx((0.38 - 0.036119, 0.38 + 0.036119), abs=1e-6)
-    # 0.520 against chance on 1000 pairs: ±1.96·sqrt(0.2496/1000) = ±0.030965, which spans chance
+    assert (sop["low"], sop["high"]) == pytest.approx((0.38 - 0.036119, 0.38 + 0.036119), abs=0.008)
+    assert sop["first_runs"] == [0.9] and sop["first_spread"] == 0.0
+    # 0.520 against chance on 1000 pairs: about ±1.96·sqrt(0.2496/1000) = ±0.030965, which spans chance
     chance = by_key["NSP near chance on SOP"]
-    assert chance["verdict"] == "holds" and chance["low"] == pytest.approx(0.02 - 0.030965, abs=1e-6)
+    assert chance["verdict"] == "holds" and chance["low"] == pytest.approx(0.02 - 0.030965, abs=0.008)
     downstream = by_key["SOP>=NSP downstream"]  # identical predictions: zero, and every resample zero
     assert (downstream["difference"], downstream["low"], downstream["high"]) == (0.0, 0.0, 0.0)
     assert downstream["verdict"] == "not resolved at this budget"
@@ -164,10 +173,43 @@ def test_findings_from_counts_and_paired_predictions(tmp_path: Path) -> None:
 
     text = (out / "report.md").read_text()
     assert text.startswith(
-        "## Findings\n\nOf 6 findings checked, 4 hold, 1 does not hold and 1 is not resolved at this budget "
+        "## Findings\n\nOf 6 findings checked on 1 pretraining run per variant, 4 hold, 1 does not hold and 1 is "
+        "not resolved at this budget "
         "(holds: SOP>NSP on SOP, NSP near chance on SOP, E>E/2, dynamic=static masking; does not hold: "
         "not-shared>all-shared; not resolved at this budget: SOP>=NSP downstream); 7 skipped ("
     )
-    assert "Ours (downstream): sharing-none 0.600 vs baseline 0.750; difference -0.150 [" in text
+    assert "Ours (downstream): sharing-none 0.600 ± 0.000 vs baseline 0.750 ± 0.000; difference -0.150 [" in text
     assert "(run objective-none not in the grid)" in text
     assert text.index("## Findings") < text.index("### All runs")
+
+
+def test_a_difference_one_run_resolves_is_open_when_a_second_run_disagrees(tmp_path: Path) -> None:
+    """Three runs per variant: the values are means over runs with their spread, and the interval takes in how
+    far the runs of one variant differ (the grid's first run alone would call the finding resolved)."""
+    shifts = {"baseline": (0, -300, -350), "objective-nsp": (-330, 100, 280)}  # 0.90 0.60 0.55 vs 0.19 0.62 0.80
+    for name, by_seed in shifts.items():
+        overrides, objective, masking = VARIANTS[name]
+        for seed, shift in enumerate(by_seed):
+            _write_run(tmp_path / "runs" / name, overrides, objective, masking, seed, shift)
+    one_run = tmp_path / "one"
+    for name in shifts:  # the first seed of each variant alone
+        for part in ("pretrain", "eval"):
+            (one_run / name / part).mkdir(parents=True)
+            (one_run / name / part / "seed-0").symlink_to(tmp_path / "runs" / name / part / "seed-0")
+    args = ["--bootstrap_resamples", "400"]
+    single = ablation_report.main(["--runs", str(one_run), "--output", str(tmp_path / "o1"), *args])
+    first = {f["key"]: f for f in single["Findings"]}["SOP>NSP on SOP"]
+    assert first["verdict"] == "holds" and first["difference"] == pytest.approx(0.9 - 0.19)
+
+    result = ablation_report.main(["--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o3"), *args])
+    sop = {f["key"]: f for f in result["Findings"]}["SOP>NSP on SOP"]
+    assert sop["first_runs"] == pytest.approx([0.9, 0.6, 0.55])
+    assert sop["second_runs"] == pytest.approx([0.19, 0.62, 0.8])
+    assert sop["difference"] == pytest.approx(2.05 / 3 - 1.61 / 3)
+    assert sop["first_spread"] == pytest.approx(float(np.std([0.9, 0.6, 0.55], ddof=1)))
+    # a resample may draw baseline's 0.55 three times against objective-nsp's 0.80: the interval crosses zero
+    assert sop["low"] < 0 < sop["high"] and sop["verdict"] == "not resolved at this budget"
+    rows = {r["variant"]: r for r in result["All runs"]}
+    assert rows["baseline"]["runs"] == 3 and rows["baseline"]["sop_accuracy"] == pytest.approx(2.05 / 3)
+    assert rows["baseline"]["sop_sd"] == pytest.approx(sop["first_spread"]) and rows["baseline"]["mlm_sd"] == 0.0
+    assert "on 3 pretraining runs per variant" in (tmp_path / "o3" / "report.md").read_text()

@@ -1,22 +1,23 @@
 """The paper's ablation findings, each checked on the grid's runs with a 95% interval and a verdict (no torch).
 
-A finding compares two runs (or a run and chance) on one measure: an intrinsic accuracy on held-out shards, whose
-interval is the normal interval of a difference of proportions from the counts ``evaluation/cli.py`` records, or the
-downstream average (the mean over tasks of each task's primary dev metric, median over fine-tuning seeds, at the
-largest training set both runs have), whose interval is a paired bootstrap over seeds and dev examples of the
-predictions files. ``ablations/report.py`` reads the runs, writes the result; tests:
-``tests/test_ablation_findings.py``.
+A finding compares two variants (or a variant and chance) on one measure: an intrinsic accuracy on held-out
+shards, from the counts ``evaluation/cli.py`` records, or the downstream average (the mean over tasks of each
+task's primary dev metric, median over fine-tuning seeds, at the largest training set both have), from the
+predictions files. Each variant was pretrained several times (seeds: initialisation and data order); a variant's
+value is the mean over its runs, and every interval is ``intervals.draws``' hierarchical bootstrap: pretraining
+runs, then fine-tuning seeds, then dev examples (for counts, a binomial draw of each drawn run's held-out
+tokens or pairs). A finding holds only when that interval, which includes a second pretraining run's difference,
+excludes zero. ``ablations/report.py`` reads the runs, writes the result; tests: ``tests/test_ablation_findings.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
 import numpy as np
 
-from albert_lightning.evaluation.intervals import seed_scores
+from albert_lightning.evaluation.intervals import draws, group_score, percentile_interval
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.task_files import TaskSpec
 
@@ -30,12 +31,16 @@ __all__ = [
     "downstream_interval",
     "markdown",
     "proportion_interval",
+    "run_scores",
     "score",
+    "spread",
     "summary",
     "verdict",
 ]
 
 HOLDS, FAILS, OPEN, NO_CLAIM = "holds", "does not hold", "not resolved at this budget", "no claim"
+
+Counts = tuple[int, int]  # (correct, total) of one pretraining run
 
 
 @dataclass(frozen=True)
@@ -45,39 +50,58 @@ class Interval:
     high: float
 
 
-def proportion_interval(
-    correct: int, total: int, other_correct: int | None, other_total: int | None, constant: float | None = None
-) -> Interval:
-    """The normal (Wald) 95% interval of ``correct/total − other_correct/other_total``, or of ``correct/total −
-    constant`` when ``other_total`` is None (a constant has no variance).
+def spread(values: list[float]) -> float:
+    """The between-run standard deviation (n − 1 in the denominator; 0 for a single run)."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
-    The two proportions are treated as independent. Runs scored on the same held-out rows are positively
-    correlated, so the interval is if anything too wide; masked tokens of one sequence are not independent,
-    which makes an MLM interval somewhat too narrow. Both are small next to the differences the paper reports.
+
+def proportion_interval(
+    first: list[Counts],
+    second: list[Counts] | None,
+    constant: float | None = None,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Interval:
+    """The difference of the mean proportions of two groups of runs (or of one and ``constant``) and its 95%
+    interval: per resample, each group's runs drawn with replacement, then its held-out rows' noise, one
+    Binomial(total, the drawn runs' mean proportion) draw (the counts hold no per-example record to resample).
+
+    The rows are the same for every run of a group, so their noise is drawn once and shared by its runs, as
+    ``draws`` shares dev examples: drawing it per run would average it down as if more rows had been scored. Two
+    groups' noises are drawn apart although they were scored on the same rows, which makes the interval if
+    anything too wide; masked tokens of one sequence are not independent, which makes an MLM interval somewhat
+    too narrow. Both are small next to the differences the paper reports.
 
     Raises:
-        ValueError: A count is empty.
+        ValueError: A group is empty or a count has no trials.
     """
-    if total < 1 or (other_total is not None and other_total < 1):
-        raise ValueError(f"proportions need at least one trial; got {total} and {other_total}")
-    p = correct / total
-    variance = p * (1 - p) / total
-    if other_total is None:
-        q = float(constant if constant is not None else 0.0)
-    else:
-        q = (other_correct or 0) / other_total
-        variance += q * (1 - q) / other_total
-    half = NormalDist().inv_cdf(0.975) * variance**0.5
-    return Interval(p - q, p - q - half, p - q + half)
+    groups = [first] if second is None else [first, second]
+    if any(not g or min(n for _, n in g) < 1 for g in groups):
+        raise ValueError(f"proportions need at least one run with at least one trial; got {groups}")
+    totals = [np.array([n for _, n in g]) for g in groups]
+    rates = [np.array([c / n for c, n in g]) for g in groups]
+
+    def difference(values: list[float]) -> float:
+        return values[0] - (values[1] if second is not None else float(constant or 0.0))
+
+    point = difference([float(np.mean(r)) for r in rates])
+    statistics = []
+    for d in draws([len(g) for g in groups], 0, [], resamples, seed):
+        values = []
+        for total, rate, drawn in zip(totals, rates, d.runs, strict=True):
+            mean, rows = float(np.mean(rate[drawn])), round(float(np.mean(total[drawn])))
+            values.append(d.generator.binomial(rows, mean) / rows)  # the drawn runs' mean, with the rows' noise
+        statistics.append(difference(values))
+    return Interval(point, *percentile_interval(statistics))
 
 
 @dataclass(frozen=True)
 class TaskPredictions:
-    """One task's dev predictions of one run at one training-set size."""
+    """One task's dev predictions of one variant's pretraining runs at one training-set size."""
 
     spec: TaskSpec  # kind, labels and primary metric: enough for compute_metrics
     labels: np.ndarray  # [N] gold labels (strings) or scores
-    seeds: np.ndarray  # [S, N] predictions, one row per fine-tuning seed
+    runs: np.ndarray  # [R, S, N] predictions: per pretraining run, one row per fine-tuning seed
 
     def metric(self) -> Callable[[np.ndarray, np.ndarray], float] | None:
         """None (accuracy, computed vectorised by ``seed_scores``) or the task's primary metric."""
@@ -86,60 +110,70 @@ class TaskPredictions:
         return lambda p, r: compute_metrics(self.spec, p.tolist(), r.tolist())[self.spec.primary]
 
 
-def _average(tasks: list[TaskPredictions], seeds: np.ndarray, rows: list[np.ndarray]) -> float:
-    """Mean over tasks of the median over ``seeds`` of the primary score on ``rows`` of each task."""
-    scores = []
-    for task, picked in zip(tasks, rows, strict=True):
-        needed = np.unique(seeds)  # score each drawn seed once: a metric call can be slow
-        by_seed = seed_scores(task.seeds[needed][:, picked], task.labels[picked], task.metric())
-        scores.append(float(np.median(by_seed[np.searchsorted(needed, seeds)])))
-    return float(np.mean(scores))
+def _every(task: TaskPredictions) -> tuple[np.ndarray, np.ndarray]:
+    """Every run at its own position, with all of its seeds."""
+    count, seeds = task.runs.shape[:2]
+    return np.arange(count), np.arange(seeds)
 
 
 def score(task: TaskPredictions) -> float:
-    """The median over fine-tuning seeds of the task's primary score on every dev example."""
-    return _average([task], np.arange(task.seeds.shape[0]), [np.arange(len(task.labels))])
+    """The mean over pretraining runs of the median over fine-tuning seeds of the primary score on all dev."""
+    return group_score(task.runs, task.labels, task.metric(), *_every(task), np.arange(len(task.labels)))
+
+
+def run_scores(tasks: list[TaskPredictions]) -> list[float]:
+    """Per pretraining run, the mean over tasks of its median over seeds: the values the spread is taken of."""
+    every = [np.arange(len(t.labels)) for t in tasks]
+    count, seeds = tasks[0].runs.shape[:2]
+    return [
+        float(np.mean([group_score(t.runs, t.labels, t.metric(), np.array([r]), np.arange(seeds), rows)
+                       for t, rows in zip(tasks, every, strict=True)]))
+        for r in range(count)
+    ]  # fmt: skip
 
 
 def downstream_interval(
     first: list[TaskPredictions], second: list[TaskPredictions], resamples: int = 2000, seed: int = 0
 ) -> Interval:
-    """The difference of two runs' downstream averages and its 95% paired percentile bootstrap interval.
+    """The difference of two variants' downstream averages and its 95% hierarchical bootstrap interval.
 
-    Both runs were fine-tuned with the same seeds (the same subsets and orders) and scored on the same dev
-    examples, so each resample draws, from ``np.random.default_rng(seed)``, S seed indices once (used by both
-    runs and every task), then N_t example indices per task in the lists' order, all with replacement, and
-    takes the difference of the two runs' averages on them (as ``intervals.median_gain_interval`` pairs starts).
+    Per resample (``intervals.draws``): each variant's pretraining runs drawn apart, then the fine-tuning seeds
+    (shared by every run of both variants: the same subsets and orders), then each task's dev examples (shared:
+    the same examples), all with replacement; the statistic is the difference of the two variants' averages on
+    them. With one run each, this is the paired bootstrap over seeds and examples of before.
 
     Args:
-        first: Per task (same order in both lists) the first run's predictions.
-        second: The second run's predictions of the same tasks, seeds and dev examples.
+        first: Per task (same order in both lists) the first variant's predictions [R1, S, N].
+        second: The second variant's predictions [R2, S, N] of the same tasks, seeds and dev examples.
         resamples: Bootstrap resamples.
         seed: Seeds the generator: the same interval on every run.
 
     Raises:
-        ValueError: The runs' tasks, seeds or dev examples differ.
+        ValueError: The variants' tasks, seeds or dev examples differ.
     """
     unpaired = _unpaired(first, second)
     if unpaired is not None:
         raise ValueError(unpaired)
-    seeds = first[0].seeds.shape[0]
-    everything = [np.arange(len(t.labels)) for t in first]
-    point = _average(first, np.arange(seeds), everything) - _average(second, np.arange(seeds), everything)
-    rng = np.random.default_rng(seed)
-    statistics = np.empty(resamples)
-    for b in range(resamples):
-        drawn = rng.integers(0, seeds, size=seeds)
-        rows = [rng.integers(0, len(t.labels), size=len(t.labels)) for t in first]
-        statistics[b] = _average(first, drawn, rows) - _average(second, drawn, rows)
-    low, high = np.percentile(statistics, [2.5, 97.5])
-    return Interval(point, float(low), float(high))
+    counts = [first[0].runs.shape[0], second[0].runs.shape[0]]
+    seeds = first[0].runs.shape[1]
+
+    def average(tasks: list[TaskPredictions], runs: np.ndarray, drawn: np.ndarray, rows: tuple) -> float:
+        per_task = [group_score(t.runs, t.labels, t.metric(), runs, drawn, r)
+                    for t, r in zip(tasks, rows, strict=True)]  # fmt: skip
+        return float(np.mean(per_task))
+
+    point = float(np.mean([score(t) for t in first]) - np.mean([score(t) for t in second]))
+    statistics = [
+        average(first, d.runs[0], d.seeds, d.rows) - average(second, d.runs[1], d.seeds, d.rows)
+        for d in draws(counts, seeds, [len(t.labels) for t in first], resamples, seed)
+    ]
+    return Interval(point, *percentile_interval(statistics))
 
 
 def _unpaired(first: list[TaskPredictions], second: list[TaskPredictions]) -> str | None:
-    """Why the two runs' predictions cannot be paired task by task, or None if they can."""
+    """Why the two variants' predictions cannot be paired task by task, or None if they can."""
     for a, b in zip(first, second, strict=True):
-        if a.seeds.shape != b.seeds.shape or not np.array_equal(a.labels, b.labels):
+        if a.runs.shape[1:] != b.runs.shape[1:] or not np.array_equal(a.labels, b.labels):
             return f"task {a.spec.name}: the runs' seeds or dev examples differ; they cannot be paired"
     return None
 
@@ -189,10 +223,24 @@ FINDINGS: tuple[Finding, ...] = (
 
 @dataclass
 class Evidence:
-    """What one run offers the findings."""
+    """What one variant's pretraining runs offer the findings, run by run."""
 
-    counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # "mlm"/"sop"/"nsp" → (correct, total)
-    downstream: dict[str, TaskPredictions] = field(default_factory=dict)  # task → predictions at the largest size
+    counts: dict[str, list[Counts]] = field(default_factory=dict)  # "mlm"/"sop"/"nsp" → (correct, total) per run
+    downstream: dict[str, TaskPredictions] = field(default_factory=dict)  # task → [R, S, N] at the largest size
+
+    @classmethod
+    def of_runs(cls, runs: list[Evidence]) -> Evidence:
+        """One variant's evidence from each of its runs' (each holding one run): the measures and tasks every run
+        has, a task only where all runs' predictions have one shape and the same labels."""
+        counts = {m: [c for r in runs for c in r.counts[m]] for m in runs[0].counts if all(m in r.counts for r in runs)}
+        downstream = {}
+        for task, first in runs[0].downstream.items():
+            others = [r.downstream.get(task) for r in runs]
+            if all(o is not None and o.runs.shape[1:] == first.runs.shape[1:] and np.array_equal(o.labels, first.labels)
+                   for o in others):  # fmt: skip
+                stacked = np.concatenate([o.runs for o in others])  # type: ignore[union-attr]
+                downstream[task] = TaskPredictions(first.spec, first.labels, stacked)
+        return cls(counts, downstream)
 
 
 def verdict(kind: str, interval: Interval) -> str:
@@ -214,31 +262,37 @@ class _MissingEvidence(Exception):
     """The runs lack what a finding compares: a measure's counts, a shared task, pairable predictions."""
 
 
-def _values(finding: Finding, runs: dict[str, Evidence], resamples: int, seed: int) -> tuple[float, float, Interval]:
+def _values(finding: Finding, runs: dict[str, Evidence], resamples: int, seed: int) -> dict:
+    """The finding's two values with their per-run values, and its interval."""
     first = runs[finding.first]
     second = runs[finding.second] if finding.second else None
     if finding.measure != "downstream":
         for run, name in ((first, finding.first), (second, finding.second)):
             if run is not None and finding.measure not in run.counts:
                 raise _MissingEvidence(f"{name} has no {finding.measure} counts in eval/metrics.json")
-            if run is not None and run.counts[finding.measure][1] < 1:
+            if run is not None and min(n for _, n in run.counts[finding.measure]) < 1:
                 raise _MissingEvidence(f"{name} has no scored {finding.measure} trials in eval/metrics.json")
-        c, n = first.counts[finding.measure]
-        other = second.counts[finding.measure] if second else (None, None)
-        interval = proportion_interval(c, n, *other, constant=finding.constant)
-        return c / n, c / n - interval.difference, interval  # the second: the other run's, or the constant
-    assert second is not None, "a downstream finding compares two runs"
-    tasks = sorted(set(first.downstream) & set(second.downstream))
-    if not tasks:
-        raise _MissingEvidence(f"{finding.first} and {finding.second} share no task with a predictions file")
-    a, b = [first.downstream[t] for t in tasks], [second.downstream[t] for t in tasks]
-    unpaired = _unpaired(a, b)
-    if unpaired is not None:
-        raise _MissingEvidence(unpaired)
-    interval = downstream_interval(a, b, resamples, seed)
-    everything = [np.arange(len(t.labels)) for t in a]
-    every_seed = np.arange(a[0].seeds.shape[0])
-    return _average(a, every_seed, everything), _average(b, every_seed, everything), interval
+        per_run = [[c / n for c, n in run.counts[finding.measure]] for run in (first, second) if run is not None]
+        other = second.counts[finding.measure] if second else None
+        interval = proportion_interval(first.counts[finding.measure], other, finding.constant, resamples, seed)
+    else:
+        assert second is not None, "a downstream finding compares two variants"
+        tasks = sorted(set(first.downstream) & set(second.downstream))
+        if not tasks:
+            raise _MissingEvidence(f"{finding.first} and {finding.second} share no task with a predictions file")
+        a, b = [first.downstream[t] for t in tasks], [second.downstream[t] for t in tasks]
+        unpaired = _unpaired(a, b)
+        if unpaired is not None:
+            raise _MissingEvidence(unpaired)
+        interval = downstream_interval(a, b, resamples, seed)
+        per_run = [run_scores(a), run_scores(b)]
+    values = [float(np.mean(v)) for v in per_run] + ([] if second else [float(finding.constant or 0.0)])
+    return {
+        "first_value": values[0], "second_value": values[1], "first_runs": per_run[0],
+        "second_runs": per_run[1] if second else [], "first_spread": spread(per_run[0]),
+        "second_spread": spread(per_run[1]) if second else 0.0, "difference": interval.difference,
+        "low": interval.low, "high": interval.high,
+    }  # fmt: skip
 
 
 def check(
@@ -254,13 +308,12 @@ def check(
             results.append({**result, "verdict": "skipped", "note": f"run {', '.join(missing)} not in the grid"})
             continue
         try:
-            first, second, interval = _values(finding, runs, resamples, seed)
+            result.update(_values(finding, runs, resamples, seed))
         except _MissingEvidence as e:  # only that: a KeyError or ValueError elsewhere is a bug, and must show
             results.append({**result, "verdict": "skipped", "note": str(e)})
             continue
-        result.update(first_value=first, second_value=second, difference=interval.difference)
-        result.update(low=interval.low, high=interval.high, verdict=verdict(finding.kind, interval))
-        results.append(result)
+        interval = Interval(result["difference"], result["low"], result["high"])
+        results.append({**result, "verdict": verdict(finding.kind, interval)})
     return results
 
 
@@ -274,7 +327,12 @@ def summary(results: list[dict]) -> str:
         f"{len(by[OPEN])} {'is' if len(by[OPEN]) == 1 else 'are'} not resolved at this budget",
     ]
     named = "; ".join(f"{v}: {', '.join(by[v])}" for v in (HOLDS, FAILS, OPEN) if by[v])
-    text = f"Of {judged} findings checked, {', '.join(parts[:2])} and {parts[2]}"
+    counts = sorted({len(r["first_runs"]) for r in results if r.get("first_runs")})
+    runs = ""
+    if counts:
+        runs = f" on {counts[0]}" if len(counts) == 1 else f" on {counts[0]}–{counts[-1]}"
+        runs += " pretraining run per variant" if counts == [1] else " pretraining runs per variant"
+    text = f"Of {judged} findings checked{runs}, {', '.join(parts[:2])} and {parts[2]}"
     text += f" ({named})" if named else ""
     if by[NO_CLAIM]:
         text += f"; {len(by[NO_CLAIM])} reported without a claim ({', '.join(by[NO_CLAIM])})"
@@ -284,14 +342,15 @@ def summary(results: list[dict]) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    """The "## Findings" section: the summary sentence, then one line per finding."""
+    """The "## Findings" section: the summary sentence, then one line per finding (values: mean ± between-run SD)."""
     lines = ["## Findings", "", summary(results), ""]
     for r in results:
         if r["verdict"] == "skipped":
             lines.append(f"- {r['claim']}: skipped ({r['note']}).")
             continue
-        ours = f"{r['first']} {r['first_value']:.3f} vs {r['second']}"
-        ours += f" {r['second_value']:.3f}" if not r["second"].startswith("chance") else ""
+        # mean over the variant's runs ± their standard deviation: what a second run of it might give
+        ours = f"{r['first']} {r['first_value']:.3f} ± {r['first_spread']:.3f} vs {r['second']}"
+        ours += f" {r['second_value']:.3f} ± {r['second_spread']:.3f}" if r["second_runs"] else ""
         difference = f"{r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]"
         lines.append(f"- {r['claim']}. Ours ({r['measure']}): {ours}; difference {difference}: **{r['verdict']}**.")
     return "\n".join(lines) + "\n"

@@ -1,10 +1,12 @@
 """The ablation report: ``python -m albert_lightning.ablation_report --runs data/ablations --output data/ablations``.
 
-Collects every run folder under ``--runs`` (a pretraining run: ``checkpoints/last.ckpt``, ``metrics.json``,
-``curves/validation.csv``, and its evaluation in ``eval/metrics.json``) into the shape of the paper's tables:
-Tables 3–4 (cross-layer sharing and embedding size), Table 5 (inter-sentence objective), and the other factors
-(dropout, static or dynamic masking, n-gram length), as ``report.md`` and ``report.csv``, plus ``curves.png``
-with every run's validation curves. Parameter counts come from each run's own model config, not from a list.
+Collects every variant folder under ``--runs`` (its pretraining runs, one per seed, in ``pretrain/seed-<n>``:
+``checkpoints/last.ckpt``, ``curves/validation.csv``; their evaluations in ``eval/seed-<n>/metrics.json``) into the
+shape of the paper's tables: Tables 3–4 (cross-layer sharing and embedding size), Table 5 (inter-sentence
+objective), and the other factors (dropout, static or dynamic masking, n-gram length), as ``report.md`` and
+``report.csv``, plus ``curves.png`` with each variant's validation curves (mean over its runs). A value is the
+mean over the variant's pretraining runs, with the between-run standard deviation (``*_sd``) beside it.
+Parameter counts come from each variant's own model config, not from a list.
 ``report.md`` opens with the paper's findings checked on these runs, each with a 95% interval and a verdict
 (``findings.py``), also written to ``findings.json``.
 """
@@ -53,10 +55,11 @@ class Run:
     factors: dict[str, Any]
     parameters: int  # AlbertModel: the encoder the paper counts
     parameters_pretraining: int  # with the MLM and SOP heads
-    intrinsic: dict[str, float]  # mlm, nsp, sop accuracy on held-out shards
-    tasks: dict[str, float] = field(default_factory=dict)  # primary dev score of the pretrained model per task
-    curve: list[dict[str, float]] = field(default_factory=list)
+    intrinsic: dict[str, float]  # mlm, nsp, sop accuracy on held-out shards: mean over pretraining runs
+    tasks: dict[str, float] = field(default_factory=dict)  # primary dev score per task: mean over runs
+    curves: list[list[dict[str, float]]] = field(default_factory=list)  # each run's validation curve
     evidence: Evidence = field(default_factory=Evidence)  # counts and dev predictions, for the findings
+    spread: dict[str, float] = field(default_factory=dict)  # between-run SD of mlm, nsp, sop and the average
 
     @property
     def average(self) -> float | None:
@@ -85,31 +88,31 @@ def _parameters(config: dict[str, Any]) -> tuple[int, int]:
 
 
 def _evidence(folder: Path, evaluation: dict[str, Any]) -> Evidence:
-    """The counts behind the intrinsic accuracies and the pretrained dev predictions at each task's largest size.
+    """One pretraining run's counts behind the intrinsic accuracies and its pretrained dev predictions at each
+    task's largest size (``folder``: its evaluation).
 
     Evaluations from before the counts and predictions files existed give none: their findings are skipped.
     """
     evidence = Evidence()
     for scores in evaluation["intrinsic"].values():  # the MLM counts come from the shards the "mlm" column does
         if "pair_correct" in scores:
-            evidence.counts.setdefault("mlm", (scores["mlm_correct"], scores["mlm_predictions"]))
-            evidence.counts[scores["kind"]] = (scores["pair_correct"], scores["pairs"])
+            evidence.counts.setdefault("mlm", [(scores["mlm_correct"], scores["mlm_predictions"])])
+            evidence.counts[scores["kind"]] = [(scores["pair_correct"], scores["pairs"])]
     for name, task in evaluation["tasks"].items():
         split = next(iter(task["splits"]))  # the table's split: MNLI's matched
-        path = folder / "eval" / "predictions" / name / f"{split}.jsonl"
+        path = folder / "predictions" / name / f"{split}.jsonl"
         if "kind" not in task or not path.exists():
             continue
         dev = read_predictions(path)
         sizes = dev.starts["pretrained"]
         seeds = sizes[max(sizes, key=int)]
         spec = TaskSpec(name, task["kind"], tuple(task["labels"]), (task["primary"],), task["primary"], {})
-        evidence.downstream[name] = TaskPredictions(spec, np.asarray(dev.labels), np.asarray(seeds))
+        evidence.downstream[name] = TaskPredictions(spec, np.asarray(dev.labels), np.asarray(seeds)[None])
     return evidence
 
 
-def _read_run(folder: Path) -> Run:
-    checkpoint = load_checkpoint(folder / "checkpoints" / "last.ckpt")
-    evaluation = json.loads((folder / "eval" / "metrics.json").read_text())
+def _scores(evaluation: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+    """One run's intrinsic accuracies and its primary dev score per task (median over seeds, largest size)."""
     intrinsic: dict[str, float] = {}
     for scores in evaluation["intrinsic"].values():
         intrinsic.setdefault("mlm", scores["mlm_accuracy"])
@@ -120,28 +123,64 @@ def _read_run(folder: Path) -> Run:
         if "sizes" in split:  # a learning curve: compare runs at their largest training set (median over seeds)
             split = split["sizes"][max(split["sizes"], key=int)]
         tasks[name] = split["pretrained"][task["primary"]]
-    curve_file = folder / "curves" / "validation.csv"
-    with open(curve_file, newline="", encoding="utf-8") as f:
-        curve = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return intrinsic, tasks
+
+
+def _mean_and_spread(per_run: list[dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """The mean over runs of each value every run has, and its between-run standard deviation."""
+    keys = [k for k in per_run[0] if all(k in r for r in per_run)]
+    means = {k: float(np.mean([r[k] for r in per_run])) for k in keys}
+    return means, {k: ablation_findings.spread([r[k] for r in per_run]) for k in keys}
+
+
+def _replicates(folder: Path) -> list[str]:
+    """The seed folders (``seed-<n>``) the variant has both a pretraining run and an evaluation of, by seed."""
+    evaluated = {p.name for p in (folder / "eval").glob("seed-*") if (p / "metrics.json").exists()}
+    names = [p.name for p in (folder / "pretrain").glob("seed-*") if p.name in evaluated]
+    return sorted(names, key=lambda name: int(name.removeprefix("seed-")))
+
+
+def _read_run(folder: Path) -> Run:
+    """One variant: its pretraining runs (``pretrain/seed-<n>``) and their evaluations (``eval/seed-<n>``)."""
+    seeds = _replicates(folder)
+    checkpoint = load_checkpoint(folder / "pretrain" / seeds[0] / "checkpoints" / "last.ckpt")
+    intrinsic, tasks, curves, evidence = [], [], [], []
+    for seed in seeds:
+        evaluation = json.loads((folder / "eval" / seed / "metrics.json").read_text())
+        run_intrinsic, run_tasks = _scores(evaluation)
+        intrinsic.append(run_intrinsic)
+        tasks.append(run_tasks)
+        with open(folder / "pretrain" / seed / "curves" / "validation.csv", newline="", encoding="utf-8") as f:
+            curves.append([{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)])
+        evidence.append(_evidence(folder / "eval" / seed, evaluation))
     encoder, pretraining = _parameters(checkpoint["hyper_parameters"]["config"])
-    evidence = _evidence(folder, evaluation)
-    return Run(folder.name, _factors(checkpoint), encoder, pretraining, intrinsic, tasks, curve, evidence)
+    intrinsic_mean, intrinsic_spread = _mean_and_spread(intrinsic)
+    averages = [{"average": sum(t.values()) / len(t)} for t in tasks if t]
+    spread = intrinsic_spread | (_mean_and_spread(averages)[1] if len(averages) == len(tasks) else {})
+    task_mean = _mean_and_spread(tasks)[0]
+    evidence_all = Evidence.of_runs(evidence)
+    return Run(folder.name, _factors(checkpoint), encoder, pretraining, intrinsic_mean, task_mean, curves,
+               evidence_all, spread)  # fmt: skip
 
 
 def collect(runs: Path) -> list[Run]:
-    """Returns every complete run under ``runs`` (a folder with a checkpoint and an evaluation), by name."""
-    done = sorted(p for p in runs.iterdir() if (p / "eval" / "metrics.json").exists())
+    """Returns every variant under ``runs`` with at least one evaluated pretraining run, by name."""
+    done = sorted(p for p in runs.iterdir() if p.is_dir() and _replicates(p))
     if not done:
-        raise FileNotFoundError(f"{runs}: no run folder with eval/metrics.json; run the ablation grid first")
+        raise FileNotFoundError(
+            f"{runs}: no variant folder with pretrain/seed-<n> and eval/seed-<n>/metrics.json; run the grid first"
+        )
     return [_read_run(p) for p in done]
 
 
 def _row(run: Run, task_names: list[str]) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": run.name, **run.factors}
     row.update(parameters=run.parameters, parameters_pretraining=run.parameters_pretraining)
-    row.update({f"{k}_accuracy": run.intrinsic.get(k) for k in ("mlm", "nsp", "sop")})
+    row["runs"] = len(run.curves)
+    for k in ("mlm", "nsp", "sop"):
+        row.update({f"{k}_accuracy": run.intrinsic.get(k), f"{k}_sd": run.spread.get(k)})
     row.update({t: run.tasks.get(t) for t in task_names})
-    row["average"] = run.average
+    row.update(average=run.average, average_sd=run.spread.get("average"))
     return row
 
 
@@ -182,9 +221,10 @@ def _plot(runs: list[Run], path: str) -> None:
 
     figure, axes = plt.subplots(1, 3, figsize=(15, 4))
     for run in runs:
-        steps = [r["step"] for r in run.curve]
+        steps = [r["step"] for r in run.curves[0]]
         for axis, column in zip(axes, ("mlm_loss", "mlm_accuracy", "sop_accuracy"), strict=True):
-            axis.plot(steps, [r[column] for r in run.curve], marker=".", label=run.name)
+            mean = np.mean([[r[column] for r in curve] for curve in run.curves], axis=0)  # the runs' steps agree
+            axis.plot(steps, mean, marker=".", label=run.name)
             axis.set_title(f"validation {column}")
             axis.set_xlabel("optimizer step")
     axes[0].legend(fontsize=7)
