@@ -15,9 +15,12 @@ from albert_lightning.ablations import adaptation
 LABELS = ["numpy", "scipy", "sklearn"]
 
 
-def write_run(runs: Path, name: str, mlm: tuple[int, int], right: dict[str, list[float]], seed: int) -> None:
-    """An evaluation of the package task whose seeds predict the gold label with the given chances per size."""
-    folder = runs / name / "eval"
+def write_run(
+    runs: Path, name: str, mlm: tuple[int, int], right: dict[str, list[float]], seed: int, replicate: int = 1
+) -> None:
+    """An evaluation of one pretraining run (``seed-<replicate>``) on the package task whose fine-tuning seeds
+    predict the gold label with the given chances per size."""
+    folder = runs / name / f"seed-{replicate}"
     (folder / "predictions" / "package").mkdir(parents=True)
     rng = np.random.default_rng(seed)
     gold = [LABELS[i % 3] for i in range(90)]
@@ -50,13 +53,28 @@ def test_the_table_compares_every_size_and_held_out_mlm(tmp_path):
     assert large["continued-general"]["low"] > 0.2  # 0.95 vs 0.5 right on 90 examples
     assert small["continued-general"]["low"] < 0 < small["continued-general"]["high"]  # the same chance
     assert large["continued"] == pytest.approx(0.95, abs=0.08)  # the median over seeds
+    assert large["continued_sd"] == 0.0  # one pretraining run: no spread
     report = (tmp_path / "report" / "report.md").read_text()
     assert report.count("\n| ") == 4 and "continued − general" in report
     assert json.loads((tmp_path / "report" / "results.json").read_text()) == table
 
 
 def test_a_missing_run_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"scratch/eval/metrics\.json: missing"):
+    with pytest.raises(FileNotFoundError, match=r"scratch: no seed-<n>/metrics\.json"):
         write_run(tmp_path, "continued", (1, 2), {"32": [0.5]}, 1)
         write_run(tmp_path, "general", (1, 2), {"32": [0.5]}, 2)
         adaptation.rows(tmp_path)
+
+
+def test_runs_that_disagree_widen_the_interval_and_show_their_spread(tmp_path):
+    """Two pretraining runs per model: continued's runs at 0.95 and 0.55 against general's 0.6 and 0.6 leave
+    the difference unresolved, though continued's first run alone is far ahead."""
+    for replicate, chance in ((1, 0.95), (2, 0.55)):
+        write_run(tmp_path, "continued", (300, 1000), {"90": [chance] * 3}, 10 + replicate, replicate)
+    for name, seed in (("general", 20), ("scratch", 30)):
+        for replicate in (1, 2):
+            write_run(tmp_path, name, (200, 1000), {"90": [0.6] * 3}, seed + replicate, replicate)
+    _, large = adaptation.rows(tmp_path, resamples=500)
+    assert large["continued_sd"] > 0.2 and large["general_sd"] < 0.1
+    assert large["continued-general"]["low"] < 0 < large["continued-general"]["high"]
+    assert large["continued"] == pytest.approx(0.75, abs=0.08)  # the mean over runs

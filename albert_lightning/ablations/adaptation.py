@@ -1,13 +1,15 @@
 """The domain-adaptation demonstration read back (``adapt/dvc.yaml``): a general model continued on a domain,
 against the general model as it was and against a model pretrained from scratch on the domain for as many steps.
 
-Each run folder holds ``eval/metrics.json`` and ``eval/predictions`` of one ``evaluate`` without its random
-baseline, all fine-tuned with the same seeds, subsets and rate. The table compares the runs at every training
-size of every task (median over seeds of the primary dev score; paired bootstrap interval over seeds and dev
-examples, ``findings.downstream_interval``) and on held-out domain MLM accuracy (normal interval of a difference
-of proportions, ``findings.proportion_interval``).
+Each model was pretrained ``pretrain_seeds`` times (the continued run of a seed starts from the general run of
+that seed); ``--runs`` holds per model one ``seed-<n>`` folder per run with ``metrics.json`` and ``predictions``
+of one ``evaluate`` without its random baseline, all fine-tuned with the same seeds, subsets and rate. The table
+compares the models at every training size of every task (mean over pretraining runs of the median over
+fine-tuning seeds of the primary dev score, ± the between-run standard deviation) and on held-out domain MLM
+accuracy, each difference with the hierarchical bootstrap interval of ``findings.downstream_interval`` and
+``findings.proportion_interval`` (pretraining runs, fine-tuning seeds, dev examples).
 
-    python -m albert_lightning.ablations.adaptation --runs data/adapt/runs --output data/adapt/report
+    python -m albert_lightning.ablations.adaptation --runs data/adapt/eval --output data/adapt/report
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from albert_lightning.ablations.findings import (
     TaskPredictions,
     downstream_interval,
     proportion_interval,
+    run_scores,
     score,
+    spread,
 )
 from albert_lightning.evaluation.report import read_predictions
 from albert_lightning.evaluation.task_files import TaskSpec
@@ -46,20 +50,24 @@ class AdaptationConfig:
     seed: int = dataclasses.field(default=0, metadata={"help": "seeds the bootstrap: the same report every run"})
 
 
-def _evaluation(runs: Path, run: str) -> dict[str, Any]:
-    path = runs / run / "eval" / "metrics.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: missing; run `dvc repro adapt/dvc.yaml` first")
-    return json.loads(path.read_text())
+def _seeds(runs: Path, run: str) -> list[Path]:
+    """The model's evaluated pretraining runs, ``seed-<n>`` folders by seed."""
+    found = [p for p in (runs / run).glob("seed-*") if (p / "metrics.json").exists()]
+    if not found:
+        raise FileNotFoundError(f"{runs / run}: no seed-<n>/metrics.json; run `dvc repro adapt/dvc.yaml` first")
+    return sorted(found, key=lambda p: int(p.name.removeprefix("seed-")))
 
 
-def _predictions(runs: Path, run: str, task: str, summary: dict[str, Any]) -> dict[str, TaskPredictions]:
-    """The run's dev predictions of ``task``, per training size."""
+def _predictions(folders: list[Path], task: str, summary: dict[str, Any]) -> dict[str, TaskPredictions]:
+    """The model's dev predictions of ``task`` per training size, [R, S, N] over its pretraining runs."""
     split = next(iter(summary["splits"]))
-    dev = read_predictions(runs / run / "eval" / "predictions" / task / f"{split}.jsonl")
+    devs = [read_predictions(folder / "predictions" / task / f"{split}.jsonl") for folder in folders]
     spec = TaskSpec(task, summary["kind"], tuple(summary["labels"]), (summary["primary"],), summary["primary"], {})
-    labels = np.asarray(dev.labels)
-    return {size: TaskPredictions(spec, labels, np.asarray(seeds)) for size, seeds in dev.starts["pretrained"].items()}
+    labels = np.asarray(devs[0].labels)
+    return {
+        size: TaskPredictions(spec, labels, np.stack([np.asarray(dev.starts["pretrained"][size]) for dev in devs]))
+        for size in devs[0].starts["pretrained"]
+    }
 
 
 def _mlm_counts(evaluation: dict[str, Any]) -> tuple[int, int]:
@@ -67,37 +75,45 @@ def _mlm_counts(evaluation: dict[str, Any]) -> tuple[int, int]:
     return scores["mlm_correct"], scores["mlm_predictions"]
 
 
-def _cells(values: dict[str, float], intervals: dict[tuple[str, str], Interval]) -> dict[str, Any]:
-    """Each run's value, then each comparison's interval under ``first-second``."""
-    return values | {f"{first}-{second}": dataclasses.asdict(intervals[first, second]) for first, second in COMPARISONS}
+def _cells(
+    values: dict[str, float], spreads: dict[str, float], intervals: dict[tuple[str, str], Interval]
+) -> dict[str, Any]:
+    """Each model's value and between-run spread (``<model>_sd``), then each comparison's interval."""
+    cells: dict[str, Any] = values | {f"{run}_sd": spreads[run] for run in RUNS}
+    return cells | {f"{first}-{second}": dataclasses.asdict(intervals[first, second]) for first, second in COMPARISONS}
 
 
 def rows(runs: Path, resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """One row for held-out domain MLM accuracy, then one per task and training size: each run's score and each
     comparison's difference with its 95 % interval."""
-    evaluations = {run: _evaluation(runs, run) for run in RUNS}
-    counts = {run: _mlm_counts(evaluations[run]) for run in RUNS}
-    mlm = {run: c / n for run, (c, n) in counts.items()}
-    intervals = {pair: proportion_interval(*counts[pair[0]], *counts[pair[1]]) for pair in COMPARISONS}
-    table = [{"measure": "held-out domain MLM accuracy", "size": "", **_cells(mlm, intervals)}]
-    for task, summary in evaluations["continued"]["tasks"].items():
-        predictions = {run: _predictions(runs, run, task, evaluations[run]["tasks"][task]) for run in RUNS}
+    folders = {run: _seeds(runs, run) for run in RUNS}
+    evaluations = {run: [json.loads((f / "metrics.json").read_text()) for f in folders[run]] for run in RUNS}
+    counts = {run: [_mlm_counts(e) for e in evaluations[run]] for run in RUNS}
+    mlm = {run: float(np.mean([c / n for c, n in counts[run]])) for run in RUNS}
+    mlm_spread = {run: spread([c / n for c, n in counts[run]]) for run in RUNS}
+    intervals = {pair: proportion_interval(counts[pair[0]], counts[pair[1]], None, resamples, seed)
+                 for pair in COMPARISONS}  # fmt: skip
+    table = [{"measure": "held-out domain MLM accuracy", "size": "", **_cells(mlm, mlm_spread, intervals)}]
+    for task, summary in evaluations["continued"][0]["tasks"].items():
+        predictions = {run: _predictions(folders[run], task, summary) for run in RUNS}
         for size in sorted(predictions["continued"], key=int):
             by_run = {run: predictions[run][size] for run in RUNS}
             scores = {run: score(p) for run, p in by_run.items()}
+            spreads = {run: spread(run_scores([p])) for run, p in by_run.items()}
             intervals = {
                 pair: downstream_interval([by_run[pair[0]]], [by_run[pair[1]]], resamples, seed) for pair in COMPARISONS
             }
-            table.append({"measure": f"{task} dev {summary['primary']}", "size": size, **_cells(scores, intervals)})
+            measure = f"{task} dev {summary['primary']}"
+            table.append({"measure": measure, "size": size, **_cells(scores, spreads, intervals)})
     return table
 
 
 def markdown(table: list[dict[str, Any]]) -> str:
-    """The table as Markdown: scores, then each comparison as ``difference [low, high]``."""
+    """The table as Markdown: scores (mean ± between-run SD), then each comparison as ``difference [low, high]``."""
     header = ["measure", "training examples", *RUNS, *(f"{a} − {b} (95 % interval)" for a, b in COMPARISONS)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table:
-        cells = [row["measure"], str(row["size"] or "")] + [f"{row[run]:.3f}" for run in RUNS]
+        cells = [row["measure"], str(row["size"] or "")] + [f"{row[run]:.3f} ± {row[f'{run}_sd']:.3f}" for run in RUNS]
         for first, second in COMPARISONS:
             i = row[f"{first}-{second}"]
             cells.append(f"{i['difference']:+.3f} [{i['low']:+.3f}, {i['high']:+.3f}]")
@@ -111,7 +127,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         argv,
         AdaptationConfig,
         "adaptation",
-        {"runs": "folder holding continued/, general/ and scratch/", "output": "folder for report.md, results.json"},
+        {
+            "runs": "folder holding continued/, general/ and scratch/, each of seed-<n> evaluations",
+            "output": "folder for report.md, results.json",
+        },
         __doc__.splitlines()[0],
         prog="python -m albert_lightning.ablations.adaptation",
     )
@@ -119,7 +138,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     table = rows(runs, config.resamples, config.seed)
     output.mkdir(parents=True, exist_ok=True)
     write_json_atomically(str(output / "results.json"), table)
-    title = "# Domain adaptation: continued vs general vs scratch\n\n"
+    count = len(_seeds(runs, RUNS[0]))
+    title = (
+        f"# Domain adaptation: continued vs general vs scratch\n\nEach model pretrained {count} times (seeds); "
+        "scores are means over its runs ± their standard deviation, intervals resample pretraining runs, "
+        "fine-tuning seeds and dev examples.\n\n"
+    )
     write_bytes_atomically(str(output / "report.md"), (title + markdown(table)).encode("utf-8"))
     return table
 
