@@ -84,9 +84,10 @@ def test_the_export_command_refuses_a_hostile_checkpoint_in_one_line(tmp_path: P
 
 
 def test_the_ablation_report_refuses_a_hostile_run_in_one_line(tmp_path: Path) -> None:
-    path = hostile(tmp_path / "runs" / "baseline" / "checkpoints" / "last.ckpt", Touch(tmp_path / "pwned"))
-    (tmp_path / "runs" / "baseline" / "eval").mkdir()
-    (tmp_path / "runs" / "baseline" / "eval" / "metrics.json").write_text("{}\n")  # a finished run: it is read
+    run = tmp_path / "runs" / "baseline"
+    path = hostile(run / "pretrain" / "seed-1" / "checkpoints" / "last.ckpt", Touch(tmp_path / "pwned"))
+    (run / "eval" / "seed-1").mkdir(parents=True)
+    (run / "eval" / "seed-1" / "metrics.json").write_text("{}\n")  # a finished run: it is read
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     command = [sys.executable, "-m", "albert_lightning.ablation_report", "--runs", str(tmp_path / "runs")]
     done = subprocess.run(
