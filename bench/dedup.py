@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure
 from pipeline import build_copies
 
-from pipelines import files
+from pipelines.runtime import files
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import yaml
 
-from pipelines import files
-from pipelines.passages import word_count
-from pipelines.splits import is_held_out
+from pipelines.algorithms.passages import word_count
+from pipelines.algorithms.splits import is_held_out
+from pipelines.runtime import files
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = yaml.safe_load((REPO / "params.yaml").read_text())["dedup"]

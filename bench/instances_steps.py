@@ -35,10 +35,12 @@ from pathlib import Path
 import measure
 from pipeline import file_sentences, raw_encode, timed_encode
 
-from pipelines import files, instances, shards, stage
-from pipelines.documents import finished_files
-from pipelines.params import load_params
-from pipelines.vocab_layout import spiece_from_proto
+from pipelines import instances
+from pipelines.algorithms.vocab_layout import spiece_from_proto
+from pipelines.contracts import manifest, shards
+from pipelines.contracts.documents import finished_files
+from pipelines.runtime import files, stage
+from pipelines.runtime.params import load_params
 
 # step: (owner, attribute, what it does). The DoFn's own lines (grouping, ids, splits, counters) are "rest".
 STEPS = {
@@ -103,7 +105,7 @@ def one_round(sentences: Path, spiece: str, params: Path) -> dict:
     config = instances.InstancesConfig(**knobs)
     sp = spiece_from_proto(files.read_bytes(spiece), spiece)
     inputs = finished_files(str(sentences), "sentences")
-    schema = shards.shard_schema(sp.get_piece_size(), config.max_seq_length)
+    schema = manifest.shard_schema(sp.get_piece_size(), config.max_seq_length)
     groups = instances._groups(inputs)
     timer, raw_cpu_s, tokens, busy = StepTimer(), 0.0, 0, measure.busy_cpu_s()
     own, wall = time.process_time(), time.perf_counter()

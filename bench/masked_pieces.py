@@ -3,7 +3,7 @@
 Reads the train shards listed in the folder's ``manifest.json`` (Arrow IPC files, columns ``input_ids``,
 ``masked_lm_positions`` and ``masked_lm_ids``) and names the ids with the folder's ``spiece.model``. Shows how
 often whitespace (the bare piece "▁") is a target, and how often it is one without the piece after it, or the
-other way round: why ``pipelines/masking.py`` joins a bare "▁" to the word after it.
+other way round: why ``pipelines/algorithms/masking.py`` joins a bare "▁" to the word after it.
 
     python bench/masked_pieces.py /tmp/shards_before --top 15
 """
@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipelines.shards import SPIECE, Manifest, open_shard
-from pipelines.vocab_layout import load_spiece
+from pipelines.algorithms.vocab_layout import load_spiece
+from pipelines.contracts.manifest import SPIECE, Manifest
+from pipelines.contracts.shards import open_shard
 
 BARE_SPACE = "▁"
 

@@ -169,7 +169,7 @@ def measure_preset(args: argparse.Namespace, preset: str, device: torch.device) 
     """Times ``--warmup`` + ``--steps`` steps of ``preset`` and returns its figures."""
     vocab_size = args.vocab_size
     if args.shards:
-        from pipelines.shards import Manifest
+        from pipelines.contracts.manifest import Manifest
 
         manifest = Manifest.read(args.shards)
         if manifest.max_seq_length != args.seq_len:  # else a run "at 512" would time the shards' length instead

@@ -79,8 +79,9 @@ import pyarrow.compute as pc
 import sentencepiece as spm
 import yaml
 
-from pipelines import files, instances
-from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
+from pipelines import instances
+from pipelines.contracts.documents import SENTENCES_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
+from pipelines.runtime import files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure

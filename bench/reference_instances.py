@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
-from pipelines import files
+from pipelines.runtime import files
 
 __all__ = ["create_instances", "main"]
 

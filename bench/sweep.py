@@ -235,7 +235,7 @@ def write_results(rows: list[dict], results: Path, minutes: float, vocab_size: i
 
 
 def _preset(name: str) -> dict:
-    from albert_lightning.model import PRESETS
+    from albert_lightning.model_config import PRESETS
 
     return PRESETS[name]
 

@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from pipelines.shards import MANIFEST, Manifest
+    from pipelines.contracts.manifest import MANIFEST, Manifest
 
     with tempfile.TemporaryDirectory() as tmp:
         shards = args.shards

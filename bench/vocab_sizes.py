@@ -19,10 +19,10 @@ import os
 import tempfile
 
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from pipelines import files
-from pipelines.documents import finished_files
-from pipelines.hashes import stable_hash64
-from pipelines.splits import is_held_out
+from pipelines.algorithms.hashes import stable_hash64
+from pipelines.algorithms.splits import is_held_out
+from pipelines.contracts.documents import finished_files
+from pipelines.runtime import files
 from pipelines.vocab import VocabConfig, train_vocab
 
 

@@ -43,9 +43,8 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipelines import files, progress, pydocs
-from pipelines.commands import main
-from pipelines.documents import (
+from pipelines.algorithms.hashes import stable_hash64
+from pipelines.contracts.documents import (
     DOCUMENT_SCHEMA,
     STATS,
     file_index,
@@ -54,10 +53,9 @@ from pipelines.documents import (
     outputs,
     table_from_rows,
 )
-from pipelines.hashes import stable_hash64
-from pipelines.labels import check_label_field, require_labels, tasks_label_field
-from pipelines.options import MB, parse_stage_args
-from pipelines.sources import (
+from pipelines.readers import pydocs
+from pipelines.readers.labels import check_label_field, require_labels, tasks_label_field
+from pipelines.readers.sources import (
     FORMATS,
     MAX_DOCUMENT_MB,
     MAX_EXPANSION,
@@ -66,7 +64,11 @@ from pipelines.sources import (
     plan_sources,
     read_records,
 )
-from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import MB, parse_stage_args
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.stage import Counted, Counters, Smallest, run_and_count
 
 __all__ = [
     "CorpusConfig",
@@ -304,7 +306,7 @@ class WriteDocumentFiles(beam.PTransform):
     """Writes documents to Parquet files by id hash (n buckets, n from their total text bytes); yields the paths.
 
     The two global values, n and each file's number, reach the documents through joins (``CoGroupByKey``), not
-    side inputs, which the Dask runner gets wrong (``pipelines.stage``): n goes to each of ``JOIN_SHARDS``
+    side inputs, which the Dask runner gets wrong (``pipelines.runtime.stage``): n goes to each of ``JOIN_SHARDS``
     groups of documents, a file's number to its bucket's group.
     """
 
@@ -372,6 +374,7 @@ def run(argv: list[str] | None = None) -> dict:
     if config.label_field is None:  # no flag: the tasks section's, the one value both stages read
         config = dataclasses.replace(config, label_field=tasks_label_field(args.params_file))
     output = args.paths["output"]
+    check_outputs(args.paths, {"output": [STATS, *outputs("documents")]}, {"inputs": config.inputs})
     with owning_outputs(output, STATS, outputs("documents")):
         pipeline = beam.Pipeline(options=args.beam)
         reader = ReadDocuments(config)

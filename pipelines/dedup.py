@@ -45,17 +45,19 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 
-from pipelines import dedup_steps as steps
-from pipelines import documents, files, progress
-from pipelines import near_duplicates as nd
-from pipelines.commands import main
-from pipelines.dedup_steps import COUNTERS, RULES
-from pipelines.documents import STATS, finished_files, outputs
-from pipelines.options import input_mb, parse_stage_args, work_per_input_mb
-from pipelines.passages import PassageRule
-from pipelines.spill import Spill, ThenEach
-from pipelines.splits import check_fraction
-from pipelines.stage import Counted, Smallest, owning_outputs, run_and_count
+from pipelines.algorithms import near_duplicates as nd
+from pipelines.algorithms.passages import PassageRule
+from pipelines.algorithms.splits import HeldOutSplit
+from pipelines.contracts import documents
+from pipelines.contracts.documents import STATS, finished_files, outputs
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import input_mb, parse_stage_args, work_per_input_mb
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.spill import Spill, ThenEach
+from pipelines.runtime.stage import Counted, GatherAndWrite, Smallest, run_and_count
+from pipelines.steps import dedup as steps
+from pipelines.steps.dedup import COUNTERS, RULES
 
 __all__ = ["DedupConfig", "DeduplicateDocuments", "run"]
 
@@ -67,7 +69,7 @@ CPU_S_PER_MB = 0.65
 
 
 @dataclasses.dataclass
-class DedupConfig:
+class DedupConfig(HeldOutSplit):
     """The dedup stage's knobs (params.yaml section ``dedup``, plus the top-level ``held_out_fraction``)."""
 
     shingle_words: int = dataclasses.field(default=5, metadata={"help": "words per MinHash shingle"})
@@ -93,12 +95,9 @@ class DedupConfig:
         metadata={"help": "MB of input sentence files per slice of the key spaces: a worker holds one slice's "
                   "records at a time; the output does not depend on it"},
     )  # fmt: skip
-    held_out_fraction: float = dataclasses.field(
-        default=0.2, metadata={"help": "share of documents held out (top-level param: every stage's one split)"}
-    )
 
     def __post_init__(self) -> None:
-        check_fraction(self.held_out_fraction)
+        super().__post_init__()
         if not 0 < self.jaccard_threshold <= 1:
             raise ValueError(f"jaccard_threshold must be in (0, 1], got {self.jaccard_threshold}")
         if self.slice_mb <= 0:
@@ -140,14 +139,8 @@ def WriteRemovedSample(samples: beam.PCollection, path: str, per_rule: int) -> b
         name = rule.title().replace("_", "")
         only = samples | f"Only{name}" >> beam.Filter(lambda sample, rule: sample[1] == rule, rule)
         lists.append(only | f"Sample{name}" >> Smallest(per_rule or 1))  # the smallest sample hashes
-    # One empty list, so the file is written when nothing was removed, without a combine default (stage.py).
-    nothing = samples.pipeline | "NothingRemoved" >> beam.Create([[]])
-    return (
-        (*lists, nothing)
-        | "Gather" >> beam.Flatten()
-        | "Concatenate" >> beam.CombineGlobally(_concatenate).without_defaults()
-        | "Write" >> beam.Map(_write_removed, path, per_rule)
-    )
+    # Written also when nothing was removed: an empty list joins the samples.
+    return tuple(lists) | "Write" >> GatherAndWrite(_concatenate, [], _write_removed, path, per_rule)
 
 
 class DeduplicateDocuments(beam.PTransform):
@@ -189,11 +182,10 @@ def run(argv: list[str] | None = None) -> dict:
     paths = {"input": "segment stage output folder", "output": "folder for sentences-*.parquet, removed.jsonl, stats"}
     args = parse_stage_args(argv, DedupConfig, "dedup", paths, __doc__.splitlines()[0], work_per_input_mb(CPU_S_PER_MB))
     source, output, config = args.paths["input"], args.paths["output"], args.config
+    check_outputs(args.paths, {"output": [STATS, *outputs("sentences"), REMOVED]})  # before the spill is cleared
     inputs = finished_files(source, "sentences")
     spill = Spill(files.join(output, SPILL))
-    normalizer = documents.read_stats(source).get("normalizer")
-    if normalizer is None:  # the instances stage needs it from here
-        raise ValueError(f"{files.join(source, STATS)}: no normalizer record (older segment stage); rerun it")
+    normalizer = documents.read_normalizer(source)  # the instances stage needs it from here
     slices = max(1, math.ceil(input_mb(source, "sentences-*.parquet") / config.slice_mb))
     spill.delete()  # an earlier run's, killed before it could
     with owning_outputs(output, STATS, [*outputs("sentences"), REMOVED]):

@@ -8,9 +8,9 @@ each file draws every sentence pair (all ``dupe_factor`` duplicates), orders the
 them out and masks them in runs of rows, and writes the two shards. Each file's shards depend on that file
 alone, and the work unit is a few files of bounded size, so memory stays flat however large the corpus, and
 nothing gathers all instances.
-A document is held out (validation and evaluation, never trained on) by ``pipelines.splits``, the one split every
-stage shares; the tasks stage takes its dev and test examples from the same held-out documents. The input must be
-the dedup stage's output, so no held-out document repeats training text (``documents.require_deduped``;
+A document is held out (validation and evaluation, never trained on) by ``pipelines.algorithms.splits``, the one
+split every stage shares; the tasks stage takes its dev and test examples from the same held-out documents. The
+input must be the dedup stage's output, so no held-out document repeats training text (``documents.require_deduped``;
 ``--allow_undeduped`` overrides).
 
 ``--eval_output FOLDER`` also writes the held-out documents alone as SOP pairs and as NSP pairs, to
@@ -35,35 +35,27 @@ import pyarrow.compute as pc
 import sentencepiece as spm
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import files, progress
-from pipelines.batch_hashes import stable_hashes64
-from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_split_stats, require_deduped
-from pipelines.masked_pairs import Instances, Items, build_planned, plan_pairs
-from pipelines.masking import MaskingConfig, TokenClasses
-from pipelines.options import input_mb, parse_stage_args
-from pipelines.shards import (
-    MANIFEST,
-    SCHEMA_VERSION,
-    SPIECE,
-    SPLITS,
-    Manifest,
-    ShardInfo,
-    ShardWriter,
-    rows_table,
-    shard_schema,
-)
-from pipelines.sop import Documents, PairConfig
-from pipelines.splits import SPLIT_KEY, check_fraction
-from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
-from pipelines.textnorm import Normalizer
-from pipelines.vocab_layout import spiece_from_proto
+from pipelines.algorithms.batch_hashes import stable_hashes64
+from pipelines.algorithms.masked_pairs import Instances, Items, build_planned, plan_pairs
+from pipelines.algorithms.masking import MaskingConfig, TokenClasses
+from pipelines.algorithms.sop import Documents, PairConfig
+from pipelines.algorithms.splits import SPLIT_KEY, HeldOutSplit
+from pipelines.algorithms.textnorm import Normalizer
+from pipelines.algorithms.vocab_layout import spiece_from_proto
+from pipelines.contracts.documents import finished_files, read_normalizer, require_deduped
+from pipelines.contracts.manifest import MANIFEST, SCHEMA_VERSION, SPIECE, SPLITS, Manifest, ShardInfo, shard_schema
+from pipelines.contracts.shards import ShardWriter, rows_table
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import input_mb, parse_stage_args
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.stage import Counted, Counters, run_and_count_each
 
 __all__ = ["BuildInstances", "InstancesConfig", "run"]
 
 
 @dataclass
-class InstancesConfig:
+class InstancesConfig(HeldOutSplit):
     seed: int = field(default=12345, metadata={"help": "seed of every random choice"})
     max_seq_length: int = field(default=512, metadata={"help": "tokens per sequence, specials included"})
     short_seq_prob: float = field(default=0.1, metadata={"help": "share of pairs built for a shorter target"})
@@ -73,13 +65,10 @@ class InstancesConfig:
     ngram: int = field(default=3, metadata={"help": "longest masked span, in words"})
     favor_shorter_ngram: bool = field(default=True, metadata={"help": "p(n) proportional to 1/n"})
     inter_sentence: str = field(default="sop", metadata={"help": "sop | nsp | none"})
-    held_out_fraction: float = field(
-        default=0.2, metadata={"help": "share of documents held out (top-level param: every stage's one split)"}
-    )
     validation_dupe_factor: int = field(default=1, metadata={"help": "passes over each validation document"})
 
     def __post_init__(self) -> None:
-        check_fraction(self.held_out_fraction)
+        super().__post_init__()
 
     @property
     def pairs(self) -> PairConfig:
@@ -309,15 +298,6 @@ def _read_shard_index(output: str) -> list[ShardInfo]:
     return shards
 
 
-def _normalizer(input_folder: str, held_out_fraction: float) -> Normalizer:
-    """How the segment stage normalised the text: recorded in the manifest for fine-tuning and export. The input's
-    stats are read through ``read_split_stats``, so a deduplicated input split at another fraction is refused."""
-    stats = read_split_stats(input_folder, held_out_fraction)
-    if "normalizer" not in stats:
-        raise ValueError(f"{files.join(input_folder, STATS)}: no normalizer record (older segment stage); rerun it")
-    return Normalizer(**stats["normalizer"])
-
-
 def _check_not_empty(shards: list[ShardInfo], output: ShardOutput, input_folder: str, counters: dict) -> None:
     rows = {split: sum(s.rows for s in shards if s.split == split) for split in SPLITS}
     training = output.config.dupe_factor > 0
@@ -358,9 +338,12 @@ def run(argv: list[str] | None = None) -> Manifest:
         {"eval_output": f"folder for the held-out documents alone, as {' and as '.join(EVAL_OBJECTIVES)} pairs"},
     )
     config, (input_folder, spiece, output, eval_output) = args.config, args.paths.values()
+    owned = ["*.arrow", SHARD_INDEX, SPIECE]  # and MANIFEST: what the stage writes in each shard folder
+    in_eval = [f"{objective}/{name}" for objective in EVAL_OBJECTIVES for name in [MANIFEST, *owned]]
+    check_outputs(args.paths, {"output": [MANIFEST, *owned], "eval_output": in_eval})
     inputs = finished_files(input_folder, "sentences")
     require_deduped(input_folder, args.allow_undeduped)  # its held-out documents repeat no training text
-    normalizer = _normalizer(input_folder, config.held_out_fraction)
+    normalizer = Normalizer(**read_normalizer(input_folder, config.held_out_fraction))
     spiece_bytes = files.read_bytes(spiece)
     vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
     config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
@@ -368,7 +351,7 @@ def run(argv: list[str] | None = None) -> Manifest:
     with contextlib.ExitStack() as owning:
         # Stale shards of an earlier run with more files go too, so each folder holds this run alone.
         for o in outputs:
-            owning.enter_context(owning_outputs(o.writer.folder, MANIFEST, ["*.arrow", SHARD_INDEX, SPIECE]))
+            owning.enter_context(owning_outputs(o.writer.folder, MANIFEST, owned))
         written = _write_shards(args.beam, inputs, spiece, outputs)
         for o, (shards, counters) in zip(outputs, written, strict=True):
             _check_not_empty(shards, o, input_folder, counters)

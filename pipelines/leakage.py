@@ -6,9 +6,9 @@ Run: ``python -m pipelines.leakage --sentences data/deduped --shards data/shards
 Scores are meant to be measured on text the model never read. This stage measures, from the files themselves,
 how far that holds, so a regression shows in ``dvc metrics diff``:
 
-- ``sentences``: of the sentences of held-out documents (``pipelines.splits``) in ``--sentences`` (the documents
-  every later stage reads), the share that also occur verbatim in a training document, by count and by
-  characters. Each occurrence in a held-out document counts once, as seen when the same text is in any
+- ``sentences``: of the sentences of held-out documents (``pipelines.algorithms.splits``) in ``--sentences``
+  (the documents every later stage reads), the share that also occur verbatim in a training document, by count
+  and by characters. Each occurrence in a held-out document counts once, as seen when the same text is in any
   training document. The headline, ``passage_*``, counts only sentences of at least ``passage_words`` words
   (``passages.word_count``): text long enough to identify a passage, the floor the dedup stage's
   shared-passage rule keeps out of training, read from the dedup config recorded in ``--sentences``'
@@ -32,14 +32,15 @@ from collections.abc import Iterable, Iterator
 import apache_beam as beam
 import pyarrow as pa
 
-from pipelines import files, progress
-from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_split_stats, read_stats
-from pipelines.options import input_mb, parse_stage_args
-from pipelines.passages import word_count
-from pipelines.shards import Manifest
-from pipelines.splits import HELD_OUT, check_fraction, is_held_out
-from pipelines.stage import Counted, Counters, owning_outputs, run_and_count_each
+from pipelines.algorithms.passages import word_count
+from pipelines.algorithms.splits import HELD_OUT, HeldOutSplit, is_held_out
+from pipelines.contracts.documents import STATS, finished_files, read_split_stats, read_stats
+from pipelines.contracts.manifest import Manifest
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import input_mb, parse_stage_args
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.stage import Counted, Counters, run_and_count_each
 
 __all__ = ["CountSentenceLeakage", "CountTaskLeakage", "LeakageConfig", "run"]
 
@@ -53,15 +54,8 @@ SENTENCE_COUNTS = tuple(f"{kind}_{count}" for kind in ("all", "passage") for cou
 
 
 @dataclasses.dataclass
-class LeakageConfig:
+class LeakageConfig(HeldOutSplit):
     """The leakage stage's one knob: the split it checks (the top-level param every stage shares)."""
-
-    held_out_fraction: float = dataclasses.field(
-        default=0.2, metadata={"help": "share of documents held out (top-level param: every stage's one split)"}
-    )
-
-    def __post_init__(self) -> None:
-        check_fraction(self.held_out_fraction)
 
 
 def _sentence_sides(path: str, fraction: float) -> Iterator[tuple[str, tuple[int, int]]]:
@@ -218,6 +212,7 @@ def run(argv: list[str] | None = None) -> dict:
     optional = {"segmented": "the segment stage's sentences, before deduplication: the 'before' figures"}
     args = parse_stage_args(argv, LeakageConfig, "leakage", paths, __doc__.splitlines()[0], _work_s, optional)
     fraction, p = args.config.held_out_fraction, args.paths
+    check_outputs(p, {"output": [METRICS]})
     folders = {"sentences": p["sentences"]} | ({"sentences_before_dedup": p["segmented"]} if p["segmented"] else {})
     inputs = {name: finished_files(folder, "sentences") for name, folder in folders.items()}
     read_split_stats(p["sentences"], fraction)  # counted against another split, the figures would mean nothing

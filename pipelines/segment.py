@@ -24,13 +24,14 @@ from collections.abc import Iterator
 
 import apache_beam as beam
 
-from pipelines import files, progress
-from pipelines.commands import main
-from pipelines.documents import SENTENCES_SCHEMA, STATS, file_name, finished_files, outputs, table_from_rows
-from pipelines.options import parse_stage_args, work_per_input_mb
-from pipelines.sentences import document_sentences, split_long
-from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
-from pipelines.textnorm import Normalizer, hf_normalizer
+from pipelines.algorithms.sentences import document_sentences, split_long
+from pipelines.algorithms.textnorm import Normalizer, hf_normalizer
+from pipelines.contracts.documents import SENTENCES_SCHEMA, STATS, file_name, finished_files, outputs, table_from_rows
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import parse_stage_args, work_per_input_mb
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.stage import Counted, Counters, run_and_count
 
 __all__ = ["SegmentConfig", "SegmentDocuments", "run"]
 
@@ -145,6 +146,9 @@ def run(argv: list[str] | None = None) -> dict:
         argv, SegmentConfig, "segment", paths, __doc__.splitlines()[0], work_per_input_mb(CPU_S_PER_MB)
     )
     config = args.config.resolved()
+    check_outputs(
+        args.paths, {"output": [STATS, *outputs("sentences")]}, {"normalization_from": config.normalization_from}
+    )
     inputs, output = finished_files(args.paths["input"], "documents"), args.paths["output"]
     with owning_outputs(output, STATS, outputs("sentences")):
         pipeline = beam.Pipeline(options=args.beam)

@@ -6,7 +6,7 @@ model with no download:
 
 - a single-text classification task named for ``label_field`` (params.yaml ``tasks.label_field``): passage → the
   class the corpus stage carried as ``meta["label"]`` from a JSON Lines key, a Parquet column or the input file's
-  folder (``folder``; ``pipelines.labels``). Unset, the embedded default's own field, ``package``: the top-level
+  folder (``folder``; ``pipelines.readers.labels``). Unset, the embedded default's own field, ``package``: the top-level
   package a docstring documents (``torch``, ``scipy``, ``email``…; ``pydocs``' meta). A field of the embedded
   default's docstring meta (``kind``, ``module``) works the same way. The classes are the ``num_classes`` with
   most documents (ties by name) among those with at least ``min_class_documents`` (smaller ones are too small
@@ -21,7 +21,7 @@ A passage is a document's first ``passage_sentences`` sentences joined by spaces
 normalised them as AlbertTokenizer would (``textnorm``), so the evaluation tokenises passages as they are.
 Identical passages (a docstring repeated on a property setter) are kept once, under the smallest id.
 
-Splits are by document, the one split of every stage (``pipelines.splits``): training documents give the
+Splits are by document, the one split of every stage (``pipelines.algorithms.splits``): training documents give the
 training examples, held-out documents (never pretrained on) the dev and test examples, so a score measures
 transfer to unseen text, not recall. The input should be the dedup stage's output, whose held-out documents
 share no sentence with training documents; its recorded ``held_out_fraction`` must equal this stage's.
@@ -46,15 +46,16 @@ from dataclasses import dataclass, field
 
 import apache_beam as beam
 
-from pipelines import files, progress
-from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_split_stats, require_deduped
-from pipelines.hashes import stable_hash64
-from pipelines.labels import check_label_field
-from pipelines.options import parse_stage_args, work_per_input_mb
-from pipelines.return_questions import return_question
-from pipelines.splits import SPLITS, check_fraction, split_of
-from pipelines.stage import Counted, Counters, owning_outputs, run_and_count
+from pipelines.algorithms.hashes import stable_hash64
+from pipelines.algorithms.return_questions import return_question
+from pipelines.algorithms.splits import SPLITS, HeldOutSplit, split_of
+from pipelines.contracts.documents import STATS, finished_files, read_split_stats, require_deduped
+from pipelines.readers.labels import check_label_field
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import parse_stage_args, work_per_input_mb
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.stage import Counted, Counters, run_and_count
 
 __all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "document_label", "run", "task_names", "top_classes"]
 
@@ -73,7 +74,7 @@ PARALLEL_CPU_S_PER_MB = 0.1
 
 
 @dataclass
-class TasksConfig:
+class TasksConfig(HeldOutSplit):
     """The tasks stage's knobs (params.yaml section ``tasks``)."""
 
     seed: int = field(default=12345, metadata={"help": "seed of the rows' order in each file"})
@@ -84,15 +85,12 @@ class TasksConfig:
     num_classes: int = field(default=8, metadata={"help": "classes of the classification task (the largest)"})
     passage_sentences: int = field(default=3, metadata={"help": "a passage is a document's first k sentences"})
     span_passage_sentences: int = field(default=8, metadata={"help": "returns: the context's first k sentences"})
-    held_out_fraction: float = field(
-        default=0.2, metadata={"help": "share of documents held out, half dev, half test (top-level param)"}
-    )
 
     def __post_init__(self) -> None:
         for name in ("min_class_documents", "num_classes", "passage_sentences", "span_passage_sentences"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        check_fraction(self.held_out_fraction)
+        super().__post_init__()
         check_label_field(self.label_field, SPAN_TASKS)
 
 
@@ -183,7 +181,7 @@ class JudgeClasses(beam.PTransform):
     """Passages → (class, {"passages": its passages, "verdict": [its verdict]}), verdicts ``_class_verdicts``.
 
     The class counts reach the passages through a join by class, not side inputs, which the Dask runner gets
-    wrong (``pipelines.stage``).
+    wrong (``pipelines.runtime.stage``).
     """
 
     def __init__(self, config: TasksConfig):
@@ -272,6 +270,25 @@ def _outputs(names: tuple[str, ...]) -> list[str]:
     return [f"{task}/{name}" for task in names for name in ("*.json*", ".tmp-*")]
 
 
+def _earlier_tasks(output: str) -> list[str]:
+    """The tasks whose folders an earlier run left in ``output`` (built or skipped, by its stats.json): the stage's
+    own, to clear with this run's, as a run with another label_field writes other folders."""
+    path = files.join(output, STATS)
+    try:
+        stats = json.loads(files.read_bytes(path)) if files.exists(path) else {}
+        named = [*stats.get("tasks", {}), *stats.get("skipped", {})]
+    except (ValueError, TypeError, AttributeError):  # not this stage's stats: it names no folder of ours
+        return []
+    return [name for name in named if isinstance(name, str) and _folder_name(name)]
+
+
+def _folder_name(name: str) -> bool:
+    try:
+        return check_label_field(name) is not None
+    except ValueError:  # not a name the stage gives a task's folder
+        return False
+
+
 def _split_stats(output: str, task: str) -> dict[str, dict]:
     """Reads one task's written splits back: examples and examples per label."""
     stats = {}
@@ -313,11 +330,13 @@ def run(argv: list[str] | None = None) -> dict:
         argv, TasksConfig, "tasks", paths, __doc__.splitlines()[0], work_per_input_mb(PARALLEL_CPU_S_PER_MB)
     )
     config, output = args.config, args.paths["output"]
+    names = task_names(config)
+    owned = _outputs((*names, *(task for task in _earlier_tasks(output) if task not in names)))
+    check_outputs(args.paths, {"output": [STATS, *owned]})
     inputs = finished_files(args.paths["input"], "sentences")
     require_deduped(args.paths["input"], args.allow_undeduped)  # its held-out documents repeat no training text
     read_split_stats(args.paths["input"], config.held_out_fraction)  # its held-out documents must be ours
-    names = task_names(config)
-    with owning_outputs(output, STATS, _outputs(names)):
+    with owning_outputs(output, STATS, owned):
         pipeline = beam.Pipeline(options=args.beam)
         rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)
         every = pipeline | "EverySplit" >> beam.Create([((t, s), None) for t in names for s in SPLITS])

@@ -4,7 +4,7 @@ Owns ``VocabConfig``, the ``SampleSentences`` PTransform and ``train_vocab``. Se
 training sentence into memory and builds a suffix array (google/sentencepiece issue 708), so Beam first keeps
 the ``sample_sentences`` sentences with the smallest stable hash (memory O(sample), the same whatever the
 runner or worker count), writes them sorted by hash to one file, and SentencePiece trains on that file alone.
-Only training documents are sampled (``pipelines.splits``, the split every stage shares): a word that only
+Only training documents are sampled (``pipelines.algorithms.splits``, the split every stage shares): a word that only
 held-out text uses gets no piece of its own, so the vocabulary tells nothing of the text evaluation scores on.
 The input must be the dedup stage's output (``documents.require_deduped``; ``--allow_undeduped`` overrides).
 Run::
@@ -31,14 +31,15 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import files, progress
-from pipelines.commands import main
-from pipelines.documents import STATS, finished_files, read_split_stats, require_deduped
-from pipelines.hashes import stable_hash64
-from pipelines.options import parse_stage_args, work_per_input_mb
-from pipelines.splits import check_fraction, is_held_out
-from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
-from pipelines.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
+from pipelines.algorithms.hashes import stable_hash64
+from pipelines.algorithms.splits import HeldOutSplit, is_held_out
+from pipelines.algorithms.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
+from pipelines.contracts.documents import STATS, finished_files, read_split_stats, require_deduped
+from pipelines.runtime import files, progress
+from pipelines.runtime.commands import main
+from pipelines.runtime.options import parse_stage_args, work_per_input_mb
+from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.stage import Counted, Counters, Smallest, run_and_count
 
 log = logging.getLogger("pipelines.vocab")  # by name: run as `python -m`, __name__ is "__main__"
 
@@ -60,7 +61,7 @@ SAMPLE_CPU_S_PER_MB = 0.6
 
 
 @dataclasses.dataclass
-class VocabConfig:
+class VocabConfig(HeldOutSplit):
     """The vocab stage's knobs (params.yaml section ``vocab``)."""
 
     vocab_size: int = dataclasses.field(default=30000, metadata={"help": "pieces including the 5 special ones"})
@@ -75,9 +76,6 @@ class VocabConfig:
     num_threads: int = dataclasses.field(
         default=8, metadata={"help": "SentencePiece trainer threads; part of the result (float sum order)"}
     )
-    held_out_fraction: float = dataclasses.field(
-        default=0.2, metadata={"help": "share of documents held out (top-level param: every stage's one split)"}
-    )
     from_spiece: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -87,7 +85,7 @@ class VocabConfig:
     )
 
     def __post_init__(self) -> None:
-        check_fraction(self.held_out_fraction)
+        super().__post_init__()
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"model_type {self.model_type!r}: expected one of {MODEL_TYPES}")
         if self.vocab_size <= len(SPECIAL_PIECES):
@@ -234,6 +232,8 @@ def run(argv: list[str] | None = None) -> dict:
         work_per_input_mb(SAMPLE_CPU_S_PER_MB),
     )
     config, out = args.config, args.paths["output"]
+    written = [STATS, "spiece.model", "spiece.vocab", SAMPLE_FILE]
+    check_outputs(args.paths, {"output": written}, {"from_spiece": config.from_spiece})
     if config.from_spiece:
         with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab"]):
             return _copy_and_record(config.from_spiece, out, config)

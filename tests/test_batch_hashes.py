@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pyarrow as pa
 
-from pipelines.batch_hashes import sha256_first64, stable_hashes64
-from pipelines.hashes import stable_hash64, unit_interval
+from pipelines.algorithms.batch_hashes import sha256_first64, stable_hashes64
+from pipelines.algorithms.hashes import stable_hash64, unit_interval
 
 
 def test_sha256_matches_hashlib_at_every_padding_boundary_and_over_many_blocks() -> None:

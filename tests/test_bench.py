@@ -169,7 +169,7 @@ def test_write_results_records_the_machine_and_what_each_ratio_divides(tmp_path)
 def test_the_pipeline_benchs_larger_copy_is_a_segment_folder_the_instances_stage_accepts(pipeline_run, tmp_path):
     from pipeline import build_copies
 
-    from pipelines.shards import Manifest
+    from pipelines.contracts.manifest import Manifest
     from tests.conftest import PipelineRun, run_instances
 
     copies = tmp_path / "sentences-2x"
@@ -240,8 +240,8 @@ def test_the_dedup_benchs_copy_marks_every_word_of_copies_after_the_first(tmp_pa
     from dedup import mark_copies
     from pipeline import build_copies
 
-    from pipelines import files
-    from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
+    from pipelines.contracts.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
+    from pipelines.runtime import files
 
     source, copies = tmp_path / "sentences", tmp_path / "copies"
     rows = [{"id": f"d{i}", "sentences": ["same words here.", f"doc {i}."], "meta": "{}"} for i in range(4)]

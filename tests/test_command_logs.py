@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.commands import main, redacted
+from pipelines.runtime.commands import main, redacted
 
 NAME = "corpus"
 

@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.commands import error_line
+from pipelines.runtime.commands import error_line
 
 BEAM_WORKER_ERROR = """Traceback (most recent call last):
   File "apache_beam/runners/common.py", line 1512, in apache_beam.runners.common.DoFnRunner.process
-  File "/repo/pipelines/sources.py", line 133, in _lines
+  File "/repo/pipelines/readers/sources.py", line 133, in _lines
 ValueError: /data/a.txt: line 2: NUL byte [while running 'ReadDocuments/ReadFiles']
 
 During handling of the above exception, another exception occurred:

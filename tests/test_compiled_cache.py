@@ -15,8 +15,9 @@ PACKAGE = Path(pipelines.__file__).parent
 
 
 def test_the_list_names_every_module_with_compiled_code() -> None:
-    compiled = {p.stem for p in PACKAGE.glob("*.py") if "@numba." in p.read_text(encoding="utf-8")}
-    assert set(COMPILED_MODULES) == compiled
+    compiled = [p for p in PACKAGE.rglob("*.py") if "@numba." in p.read_text(encoding="utf-8")]
+    assert set(COMPILED_MODULES) == {p.stem for p in compiled}
+    assert {p.parent.name for p in compiled} == {"algorithms"}  # where numba_cache_dir reads them
 
 
 def test_editing_a_compiled_module_moves_the_cache_and_editing_another_does_not(tmp_path: Path) -> None:
@@ -26,7 +27,7 @@ def test_editing_a_compiled_module_moves_the_cache_and_editing_another_does_not(
     assert before.startswith(str(copy / "__pycache__" / "numba-"))
     (copy / "corpus.py").write_text((copy / "corpus.py").read_text() + "\n# a comment\n")
     assert numba_cache_dir(copy, None) == before
-    (copy / "seeding.py").write_text((copy / "seeding.py").read_text() + "\n# a comment\n")
+    (copy / "algorithms/seeding.py").write_text((copy / "algorithms/seeding.py").read_text() + "\n# a comment\n")
     after = numba_cache_dir(copy, None)
     assert after != before and Path(after).parent == Path(before).parent
     assert numba_cache_dir(copy, "/elsewhere") == os.path.join("/elsewhere", Path(after).name)

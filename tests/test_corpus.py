@@ -1,4 +1,5 @@
-"""Tests for the corpus stage (pipelines.corpus, pipelines.sources, pipelines.pydocs) on tiny real files."""
+"""Tests for the corpus stage (pipelines.corpus, pipelines.readers.sources, pipelines.readers.pydocs) on tiny real
+files."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import corpus, documents, pydocs, sources
+from pipelines import corpus
+from pipelines.contracts import documents
+from pipelines.readers import pydocs, sources
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 

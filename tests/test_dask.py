@@ -5,7 +5,7 @@ section starts them. The six stages run on a slice of the embedded default (two 
 on the local runner, each from the one before; then each runs on the cluster from the same inputs, and every file
 it writes must equal the local run's, byte for byte. Beam 2.77's Dask runner has no metrics, drops what
 ``finish_bundle`` emits (``Top``) and gets side inputs wrong, so these fail for a stage that counts through runner
-metrics or uses either (``pipelines.stage``).
+metrics or uses either (``pipelines.runtime.stage``).
 """
 
 from __future__ import annotations

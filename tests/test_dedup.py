@@ -12,10 +12,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import dedup, dedup_steps, files
-from pipelines.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
-from pipelines.near_duplicates import estimated_jaccard
-from pipelines.splits import is_held_out
+from pipelines import dedup
+from pipelines.algorithms.near_duplicates import estimated_jaccard
+from pipelines.algorithms.splits import is_held_out
+from pipelines.contracts.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
+from pipelines.runtime import files
+from pipelines.steps import dedup as dedup_steps
 
 FRACTION = 0.5
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import dedup, instances, tasks, vocab
-from pipelines.commands import error_line
+from pipelines.runtime.commands import error_line
 from tests.conftest import LOCAL, NO_PARAMS, PipelineRun
 
 FRACTION = "--held_out_fraction=0.05"  # the shared run's shards hold out this share (conftest.INSTANCE_FLAGS)

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from pipelines import files
+from pipelines.runtime import files
 
 
 def test_a_folder_made_by_another_worker_meanwhile_is_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -33,7 +33,8 @@ def test_a_stages_help_gives_each_flags_use_and_value(tmp_path: Path, capsys: py
         f"--params PARAMS params file with the command's section ({params})",
         "--jaccard_threshold JACCARD_THRESHOLD estimated shingle Jaccard at which a worse document is removed"
         f" (0.65, from {params})",
-        "--held_out_fraction HELD_OUT_FRACTION share of documents held out (top-level param: every stage's one split)"
+        "--held_out_fraction HELD_OUT_FRACTION share of documents held out, half dev, half test (top-level param: every"
+        " stage's one split)"
         f" (0.1, from {params})",
         "--shingle_words SHINGLE_WORDS words per MinHash shingle (5, built-in default)",
     ]

@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from pipelines import corpus, sources
-from pipelines.commands import error_line
+from pipelines import corpus
+from pipelines.readers import sources
+from pipelines.runtime.commands import error_line
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 MB = 1 << 20

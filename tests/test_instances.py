@@ -13,11 +13,12 @@ import pytest
 import sentencepiece as spm
 
 from pipelines import instances
-from pipelines.files import read_parquet
+from pipelines.algorithms.masked_pairs import document_instances
+from pipelines.algorithms.masking import TokenClasses, is_cjk
+from pipelines.contracts.manifest import MANIFEST, SPIECE, Manifest, shard_schema
+from pipelines.contracts.shards import open_shard
 from pipelines.instances import InstancesConfig, _encode_ids
-from pipelines.masked_pairs import document_instances
-from pipelines.masking import TokenClasses, is_cjk
-from pipelines.shards import MANIFEST, SPIECE, Manifest, open_shard, shard_schema
+from pipelines.runtime.files import read_parquet
 from tests.conftest import LOCAL, PipelineRun, run_instances
 
 MAX_SEQ_LENGTH = 128
@@ -329,8 +330,8 @@ def test_a_rerun_removes_stale_shards_and_what_a_killed_run_left(pipeline_run: P
 
 
 def test_no_sentences_is_an_error_not_an_empty_shard_folder(pipeline_run: PipelineRun, tmp_path: Path) -> None:
-    from pipelines.documents import SENTENCES_SCHEMA, file_name
-    from pipelines.files import write_parquet_atomically
+    from pipelines.contracts.documents import SENTENCES_SCHEMA, file_name
+    from pipelines.runtime.files import write_parquet_atomically
 
     empty = tmp_path / "sentences"  # as a segment stage whose documents were all empty would have written
     write_parquet_atomically(str(empty / file_name("sentences", 0, 1)), SENTENCES_SCHEMA.empty_table())

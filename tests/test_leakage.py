@@ -10,10 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import dedup, files, leakage, splits
-from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
-from pipelines.passages import word_count
-from pipelines.shards import Manifest
+from pipelines import dedup, leakage
+from pipelines.algorithms import splits
+from pipelines.algorithms.passages import word_count
+from pipelines.contracts.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+from pipelines.contracts.manifest import Manifest
+from pipelines.runtime import files
 from tests.conftest import LOCAL, NO_PARAMS, PipelineRun
 
 FRACTION = 0.05  # the fixture's shards hold out this share (conftest.INSTANCE_FLAGS)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from albert_lightning.pretraining.data import ShardDataModule
-from pipelines.shards import MANIFEST, Manifest
+from pipelines.contracts.manifest import MANIFEST, Manifest
 from tests.conftest import PipelineRun
 
 VICTIM = b"a file outside the shard folder"

@@ -9,8 +9,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.masking import ORDER, SPAN_LENGTH, MaskingConfig, TokenClasses, _length_steps, mask_batch, mask_ngrams
-from pipelines.seeding import uniforms
+from pipelines.algorithms.masking import (
+    ORDER,
+    SPAN_LENGTH,
+    MaskingConfig,
+    TokenClasses,
+    _length_steps,
+    mask_batch,
+    mask_ngrams,
+)
+from pipelines.algorithms.seeding import uniforms
 
 SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
 ORDINARY = ["▁the", "▁cat", "s", "▁sat", ",", "中", "文", "▁", "▁on", "ma", "t", "。", "▁a", "b", "c", "(", ")"]

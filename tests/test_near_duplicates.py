@@ -1,4 +1,4 @@
-"""Tests for the MinHash/LSH algorithm of the dedup stage (pipelines.near_duplicates): no pipeline needed."""
+"""Tests for the MinHash/LSH algorithm of the dedup stage (pipelines.algorithms.near_duplicates): no pipeline needed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from pipelines import near_duplicates
-from pipelines.near_duplicates import (
+from pipelines.algorithms import near_duplicates
+from pipelines.algorithms.near_duplicates import (
     MinHasher,
     compact,
     content_key,
@@ -74,7 +74,8 @@ def test_lsh_buckets_catch_close_pairs_and_miss_far_ones():
 
 def test_signatures_and_band_keys_are_the_same_in_a_fresh_process():
     code = (
-        "from pipelines.near_duplicates import MinHasher; h = MinHasher(); s = h.signature(['é café, naïve words', "
+        "from pipelines.algorithms.near_duplicates import MinHasher; h = MinHasher(); "
+        "s = h.signature(['é café, naïve words', "
         "'and more words here.']); print(s.tolist(), h.band_keys(s))"
     )
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -28,8 +28,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from albert_lightning.pretraining import bucket_cache as shard_cache
 from albert_lightning.pretraining.data import ShardDataModule
-from pipelines import corpus, dedup, files, segment, vocab
-from pipelines.shards import MANIFEST, Manifest
+from pipelines import corpus, dedup, segment, vocab
+from pipelines.contracts.manifest import MANIFEST, Manifest
+from pipelines.runtime import files
 from tests.conftest import DISTRIBUTED_ENV, LOCAL, NO_PARAMS
 from tests.test_end_to_end import GIT_IDENTITY, _commit, _project_copy
 from tests.test_manifest_safety import VICTIM, files_below

@@ -1,11 +1,11 @@
-"""Tests for the shared-passage rule (pipelines.passages) on hand-made documents, without a pipeline."""
+"""Tests for the shared-passage rule (pipelines.algorithms.passages) on hand-made documents, without a pipeline."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pipelines.passages import PassageRule, word_count
+from pipelines.algorithms.passages import PassageRule, word_count
 
 RULE = PassageRule(min_words=8, span=3, min_documents=3)
 LONG = "this ebook is for the use of anyone anywhere at no cost."  # 12 words

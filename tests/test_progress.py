@@ -1,4 +1,4 @@
-"""pipelines.progress: lines of done/total units at most every period on the local runner, in-process and from
+"""pipelines.runtime.progress: lines of done/total units at most every period on the local runner, in-process and from
 worker processes; nothing on a remote runner; the same outputs with or without it."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import commands, files, progress, segment
-from pipelines.documents import DOCUMENT_SCHEMA, file_name, table_from_rows
+from pipelines import segment
+from pipelines.contracts.documents import DOCUMENT_SCHEMA, file_name, table_from_rows
+from pipelines.runtime import commands, files, progress
 
 LINE = re.compile(r"^(\w+): ([\d,]+)/([\d,]+) (\w+) \(\d+%\)(, [\d.,]+ \w+/s, \d+:\d\d left| in \d+:\d\d)?$")
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]

@@ -1,5 +1,5 @@
 """The Lightning commands' console: one line per fine-tuning run, not Lightning's banners, tips or the libraries'
-deprecation notices, which go to the command's private log (``pipelines.commands.Chatter``)."""
+deprecation notices, which go to the command's private log (``pipelines.runtime.commands.Chatter``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import commands
-from pipelines.commands import DEPRECATIONS, Chatter
+from pipelines.runtime import commands
+from pipelines.runtime.commands import DEPRECATIONS, Chatter
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 
 ROOT = Path(__file__).resolve().parents[1]

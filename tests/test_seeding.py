@@ -6,7 +6,7 @@ import random
 
 import numpy as np
 
-from pipelines.seeding import mersenne_random, mersenne_seed, mersenne_states
+from pipelines.algorithms.seeding import mersenne_random, mersenne_seed, mersenne_states
 
 
 def test_mersenne_draws_are_cpythons_for_every_seed_width() -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import corpus, files, segment
-from pipelines.documents import DOCUMENT_SCHEMA, file_index, file_name, table_from_rows
+from pipelines import corpus, segment
+from pipelines.contracts.documents import DOCUMENT_SCHEMA, file_index, file_name, table_from_rows
+from pipelines.runtime import files
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 

@@ -1,11 +1,11 @@
-"""Tests for pipelines.sentences: library segmentation and the linear-time cut of long sentences."""
+"""Tests for pipelines.algorithms.sentences: library segmentation and the linear-time cut of long sentences."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines import sentences
-from pipelines.sentences import MAX_WORD_CHARS, document_sentences, split_long, split_sentences
+from pipelines.algorithms import sentences
+from pipelines.algorithms.sentences import MAX_WORD_CHARS, document_sentences, split_long, split_sentences
 
 
 def test_abbreviations_and_decimals_do_not_end_sentences():

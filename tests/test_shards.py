@@ -14,19 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.files import open_atomically
+from pipelines.algorithms.textnorm import Normalizer
+from pipelines.contracts.manifest import MANIFEST, SPIECE, Manifest, shard_schema
+from pipelines.contracts.shards import ShardWriter, open_shard, rows_table, shard_batches
 from pipelines.instances import InstancesConfig
-from pipelines.shards import (
-    MANIFEST,
-    SPIECE,
-    Manifest,
-    ShardWriter,
-    open_shard,
-    rows_table,
-    shard_batches,
-    shard_schema,
-)
-from pipelines.textnorm import Normalizer
+from pipelines.runtime.files import open_atomically
 from tests.conftest import PipelineRun, run_instances
 
 
@@ -172,7 +164,7 @@ def test_batches_streamed_from_runs_are_the_bytes_of_the_whole_table_cut_into_ba
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Small batches, so runs end before, at and just after batch boundaries, and runs of one row or none come.
-    monkeypatch.setattr("pipelines.shards.ROWS_PER_BATCH", 16)
+    monkeypatch.setattr("pipelines.contracts.shards.ROWS_PER_BATCH", 16)
     rng = np.random.default_rng(seed)
     sizes = [int(n) for n in rng.choice([0, 1, 2, 15, 16, 17, 40, 100], size=12)]
     runs = [_random_rows(rng, n) for n in sizes]

@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from pipelines.seeding import rng_for, stable_hash64
-from pipelines.sop import Documents, PairConfig, document_pairs, pair_spans, truncation
+from pipelines.algorithms.seeding import rng_for, stable_hash64
+from pipelines.algorithms.sop import Documents, PairConfig, document_pairs, pair_spans, truncation
 
 
 def _document(rng: random.Random, first: int) -> list[list[int]]:

@@ -1,4 +1,4 @@
-"""Tests for pipelines.sources: how the readers take files as users write them."""
+"""Tests for pipelines.readers.sources: how the readers take files as users write them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import sources
+from pipelines.readers import sources
 
 
 def _read(path: Path, format: str = "auto") -> list[tuple[str, dict]]:

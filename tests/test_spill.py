@@ -1,4 +1,4 @@
-"""Tests for the shuffle through files (pipelines.spill): parts written per source, read one part at a time."""
+"""Tests for the shuffle through files (pipelines.runtime.spill): parts written per source, read one part at a time."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.spill import Spill, ThenEach
+from pipelines.runtime.spill import Spill, ThenEach
 
 SCHEMA = pa.schema([("key", pa.int64()), ("source", pa.int32())])
 

@@ -1,8 +1,9 @@
-"""Tests for pipelines.splits: the one split of documents every stage shares."""
+"""Tests for pipelines.algorithms.splits: the one split of documents every stage shares."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,8 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines import documents, splits
-from pipelines.batch_hashes import stable_hashes64
+from pipelines.algorithms import splits
+from pipelines.algorithms.batch_hashes import stable_hashes64
+from pipelines.contracts import documents
 
 IDS = [f"pydoc:module{i}:function{i % 7}" for i in range(20000)]
 
@@ -50,3 +52,34 @@ def test_an_upstream_split_at_another_fraction_is_refused_naming_its_file(tmp_pa
     (tmp_path / "stats.json").write_text(json.dumps({"held_out_fraction": 0.1}))
     with pytest.raises(ValueError, match=r"stats\.json: written with held_out_fraction 0\.1, but this stage splits"):
         documents.read_split_stats(str(tmp_path), 0.2)
+
+
+def test_every_splitting_stage_has_the_one_held_out_field_and_its_check() -> None:
+    # One field, one help line and one check, not a copy per stage that could drift (another default, no check).
+    from pipelines import dedup, instances, leakage, tasks, vocab
+
+    configs = [
+        dedup.DedupConfig,
+        vocab.VocabConfig,
+        instances.InstancesConfig,
+        leakage.LeakageConfig,
+        tasks.TasksConfig,
+    ]
+    for config in configs:
+        assert issubclass(config, splits.HeldOutSplit), config.__name__
+        (field,) = [f for f in dataclasses.fields(config) if f.name == "held_out_fraction"]
+        assert field == {f.name: f for f in dataclasses.fields(splits.HeldOutSplit)}["held_out_fraction"]
+        assert config().held_out_fraction == 0.2
+        with pytest.raises(ValueError, match="held_out_fraction must be in"):
+            config(held_out_fraction=1.0)
+
+
+def test_the_normalizer_record_is_read_once_for_every_stage_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "stats.json").write_text(json.dumps({"held_out_fraction": 0.2}))  # an older segment stage's
+    with pytest.raises(ValueError, match=r"stats\.json: no normalizer record \(older segment stage\); rerun it"):
+        documents.read_normalizer(str(tmp_path))
+    record = {"lower_case": True, "remove_space": True, "keep_accents": False}
+    (tmp_path / "stats.json").write_text(json.dumps({"held_out_fraction": 0.1, "normalizer": record}))
+    assert documents.read_normalizer(str(tmp_path)) == record
+    with pytest.raises(ValueError, match=r"written with held_out_fraction 0\.1"):
+        documents.read_normalizer(str(tmp_path), 0.2)

@@ -11,8 +11,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.params import parse_config
-from pipelines.stage import Counted, Counters, Smallest, owning_outputs, run_and_count
+from pipelines.runtime.outputs import owning_outputs
+from pipelines.runtime.params import parse_config
+from pipelines.runtime.stage import Counted, Counters, GatherAndWrite, Smallest, run_and_count
 from tests.conftest import LOCAL
 
 COUNTS = Counters("test_stage", "seen", "odd", "never")
@@ -125,3 +126,19 @@ def test_evaluate_reads_its_params_through_the_same_reader(tmp_path: Path) -> No
     params.write_text("evaluate:\n  seeds: 2\n  train_sizes: [32]\n")
     config = _parse(["--params", str(params), "--random_baseline", "false"])
     assert (config.seeds, config.train_sizes, config.random_baseline) == (2, [32], False)
+
+
+def _write_total(total: int, path: str) -> None:
+    with open(path, "a") as f:
+        f.write(f"{total}\n")
+
+
+@pytest.mark.parametrize("values", [[], [1, 2, 3, 4]])
+def test_gather_and_write_writes_once_also_when_there_is_nothing(values: list[int], tmp_path: Path) -> None:
+    # Both writers of a stage's gathered file (the counts, dedup's removed.jsonl) go through this one transform.
+    path = str(tmp_path / "total.txt")
+    with beam.Pipeline(options=PipelineOptions(LOCAL)) as pipeline:
+        odd = pipeline | "Odd" >> beam.Create([v for v in values if v % 2])
+        even = pipeline | "Even" >> beam.Create([v for v in values if not v % 2])
+        _ = (odd, even) | GatherAndWrite(sum, 0, _write_total, path, keep=lambda v: v != 4)
+    assert Path(path).read_text() == f"{sum(values) - (4 in values) * 4}\n"

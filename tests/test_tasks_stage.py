@@ -9,8 +9,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import corpus, files, segment, splits, tasks
-from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+from pipelines import corpus, segment, tasks
+from pipelines.algorithms import splits
+from pipelines.contracts.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+from pipelines.runtime import files
 
 LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 NO_PARAMS = ["--params", os.devnull]
@@ -167,7 +169,7 @@ def test_returns_asks_what_a_documented_function_returns_answered_by_its_docstri
 
 
 def test_a_return_question_needs_a_function_a_return_sentence_and_a_short_phrase():
-    from pipelines.return_questions import return_question
+    from pipelines.algorithms.return_questions import return_question
 
     meta = {"kind": "function", "module": "os.path", "qualname": "basename"}
     doc = ["return the base name of pathname p.", "this is the second half of the pair returned by split(p)."]

@@ -1,4 +1,5 @@
-"""Tests for the vocab stage (pipelines.vocab, pipelines.vocab_layout) on real text: Python's own docstrings."""
+"""Tests for the vocab stage (pipelines.vocab, pipelines.algorithms.vocab_layout) on real text: Python's own
+docstrings."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import files, vocab
-from pipelines.documents import SENTENCES_SCHEMA, file_name, table_from_rows
-from pipelines.seeding import stable_hash64
-from pipelines.splits import is_held_out
-from pipelines.textnorm import Normalizer
-from pipelines.vocab_layout import NUM_SPECIAL, SPECIAL_PIECES, load_spiece
+from pipelines import vocab
+from pipelines.algorithms.seeding import stable_hash64
+from pipelines.algorithms.splits import is_held_out
+from pipelines.algorithms.textnorm import Normalizer
+from pipelines.algorithms.vocab_layout import NUM_SPECIAL, SPECIAL_PIECES, load_spiece
+from pipelines.contracts.documents import SENTENCES_SCHEMA, file_name, table_from_rows
+from pipelines.runtime import files
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]

@@ -16,11 +16,11 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from pipelines.batch_hashes import stable_hashes64
-from pipelines.masking import MaskedBatch, MaskingConfig, TokenClasses, mask_batch
-from pipelines.seeding import mix_keys
-from pipelines.sop import INTER_SENTENCE_MODES, NSP, Documents, PairConfig, PairSpans, pair_spans
-from pipelines.vocab_layout import CLS_ID, SEP_ID
+from pipelines.algorithms.batch_hashes import stable_hashes64
+from pipelines.algorithms.masking import MaskedBatch, MaskingConfig, TokenClasses, mask_batch
+from pipelines.algorithms.seeding import mix_keys
+from pipelines.algorithms.sop import INTER_SENTENCE_MODES, NSP, Documents, PairConfig, PairSpans, pair_spans
+from pipelines.algorithms.vocab_layout import CLS_ID, SEP_ID
 
 __all__ = ["Instances", "Items", "PairPlan", "build_instances", "build_planned", "document_instances", "plan_pairs"]
 

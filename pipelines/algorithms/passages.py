@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from pipelines.near_duplicates import first_of_runs
+from pipelines.algorithms.near_duplicates import first_of_runs
 
 __all__ = ["PassageRule", "word_count"]
 

@@ -47,8 +47,8 @@ import zstandard
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import files
-from pipelines.labels import FOLDER_LABEL, folder_name, is_label_type, label_text
+from pipelines.readers.labels import FOLDER_LABEL, folder_name, is_label_type, label_text
+from pipelines.runtime import files
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import json
 
 import pyarrow as pa
 
-from pipelines.params import load_params
+from pipelines.runtime.params import load_params
 
 __all__ = [
     "FOLDER_LABEL",

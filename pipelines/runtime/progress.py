@@ -31,8 +31,8 @@ from typing import TextIO
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.commands import console
-from pipelines.options import runs_locally
+from pipelines.runtime.commands import console
+from pipelines.runtime.options import runs_locally
 
 __all__ = ["ENV", "EVERY_S", "advance", "shown"]
 

@@ -12,8 +12,9 @@ import re
 
 import pyarrow as pa
 
-from pipelines import files
-from pipelines.hashes import stable_hash64
+from pipelines.algorithms.hashes import stable_hash64
+from pipelines.runtime import files
+from pipelines.runtime.options import ALLOW_UNDEDUPED
 
 __all__ = [
     "DOCUMENT_SCHEMA",
@@ -22,6 +23,7 @@ __all__ = [
     "file_name",
     "files_for_bytes",
     "finished_files",
+    "read_normalizer",
     "read_split_stats",
     "read_stats",
     "require_deduped",
@@ -30,10 +32,6 @@ __all__ = [
 
 STATS = "stats.json"  # written last by the corpus and segment stages: its presence marks a finished run
 DEDUP_STAGE = "dedup"  # the dedup stage's stats.json says ``"stage": "dedup"``: what ``require_deduped`` looks for
-# The stages that promise held-out text unseen in training: each refuses input the dedup stage did not write
-# unless given ALLOW_UNDEDUPED (``options.parse_stage_args`` adds the flag to these stages alone).
-READS_DEDUPED = ("vocab", "instances", "tasks")
-ALLOW_UNDEDUPED = "allow_undeduped"
 
 DOCUMENT_SCHEMA = pa.schema(
     [
@@ -118,6 +116,20 @@ def read_split_stats(folder: str, held_out_fraction: float) -> dict:
             f"{held_out_fraction}; set one top-level held_out_fraction for every stage"
         )
     return stats
+
+
+def read_normalizer(folder: str, held_out_fraction: float | None = None) -> dict:
+    """Returns the segment stage's record of how it normalised the text, as ``folder``'s stats carry it (dedup
+    copies it on; instances writes it into the manifest, for fine-tuning and export to repeat). With
+    ``held_out_fraction``, the stats are read through ``read_split_stats``.
+
+    Raises:
+        ValueError: naming the stats file, when it has no record (an older segment stage wrote it).
+    """
+    stats = read_stats(folder) if held_out_fraction is None else read_split_stats(folder, held_out_fraction)
+    if not isinstance(stats.get("normalizer"), dict):
+        raise ValueError(f"{files.join(folder, STATS)}: no normalizer record (older segment stage); rerun it")
+    return stats["normalizer"]
 
 
 def require_deduped(folder: str, allow_undeduped: bool) -> dict:

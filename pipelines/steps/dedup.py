@@ -27,14 +27,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines import documents, files, progress
-from pipelines import near_duplicates as nd
-from pipelines.documents import SENTENCES_SCHEMA, file_name
-from pipelines.hashes import stable_hash64
-from pipelines.passages import PassageRule
-from pipelines.spill import Spill
-from pipelines.splits import is_held_out
-from pipelines.stage import Counters
+from pipelines.algorithms import near_duplicates as nd
+from pipelines.algorithms.hashes import stable_hash64
+from pipelines.algorithms.passages import PassageRule
+from pipelines.algorithms.splits import is_held_out
+from pipelines.contracts import documents
+from pipelines.contracts.documents import SENTENCES_SCHEMA, file_name
+from pipelines.runtime import files, progress
+from pipelines.runtime.spill import Spill
+from pipelines.runtime.stage import Counters
 
 __all__ = [
     "COUNTERS", "RULES", "decide_slice", "drop_shared_passages", "gather_removals", "resolve_near", "spill_facts",

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from pipelines.seeding import mersenne_random, mersenne_seed, mersenne_states
+from pipelines.algorithms.seeding import mersenne_random, mersenne_seed, mersenne_states
 
 __all__ = [
     "INTER_SENTENCE_MODES",

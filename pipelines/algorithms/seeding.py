@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pipelines.hashes import rng_for, stable_hash64, unit_interval  # re-exported: one import for every draw
+from pipelines.algorithms.hashes import rng_for, stable_hash64, unit_interval  # re-exported: one import for every draw
 
 __all__ = [
     "mersenne_random",

@@ -138,10 +138,8 @@ def _stderr_to(log: TextIO) -> Iterator[None]:
 
 
 # This project's own packages: a warning raised in them is ours to show, whatever ``Chatter`` says.
-_PROJECT = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package, "")
-    for package in ("pipelines", "albert_lightning")
-)
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # pipelines/runtime/ → root
+_PROJECT = tuple(os.path.join(_ROOT, package, "") for package in ("pipelines", "albert_lightning"))
 
 
 class _Routed(logging.Handler):

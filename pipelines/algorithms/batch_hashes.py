@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.hashes import KEY_SEPARATOR
+from pipelines.algorithms.hashes import KEY_SEPARATOR
 
 __all__ = ["sha256_first64", "stable_hashes64"]
 

@@ -1,4 +1,4 @@
-"""What every Beam stage does the same way: count what it drops, run on any runner, and own its output folder.
+"""What every Beam stage does the same way: count what it drops and run on any runner.
 
 - A stage declares each step's counters once, by name (``Counters``), and applies each step that counts through
   ``Counted``. The counts travel as data, not as runner metrics (the Dask runner has none): every call of the
@@ -13,12 +13,10 @@
   came out wrong, elements twice (Beam 2.77's Dask ParDo never clears the list it collects outputs in, so a step
   object run twice returns its first run's outputs again). Global values reach the elements through a join
   (``CoGroupByKey``) instead.
-- ``owning_outputs`` clears what an earlier run of the stage left in its folder, its finished-marker (stats or
-  manifest file) first, so a half-cleared folder is never taken for a finished one, and clears it again when
-  this run fails. The marker is written last, inside the block, by the stage.
+- Its output folder is ``outputs``'s: checked, then cleared, before the stage writes.
 
 A stage reads its upstream files through the upstream's contract: ``documents.finished_files`` for the text
-stages, ``shards.Manifest`` for the shard folder.
+stages, ``manifest.Manifest`` for the shard folder.
 """
 
 from __future__ import annotations
@@ -34,9 +32,17 @@ import apache_beam as beam
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.transforms.combiners import TopCombineFn
 
-from pipelines import files
+from pipelines.runtime import files
 
-__all__ = ["COUNTS_FILE", "Counted", "Counters", "Smallest", "owning_outputs", "run_and_count", "run_and_count_each"]
+__all__ = [
+    "COUNTS_FILE",
+    "Counted",
+    "Counters",
+    "GatherAndWrite",
+    "Smallest",
+    "run_and_count",
+    "run_and_count_each",
+]
 
 COUNTS_FILE = ".tmp-counts.json"  # in the ``.tmp-*`` names ``owning_outputs`` clears, so a failed run leaves none
 _FILLING = threading.local()  # .tallies: the tallies being filled on this thread, innermost last
@@ -174,23 +180,34 @@ def _write_counts(total: collections.Counter, path: str) -> None:
     files.write_json_atomically(path, sorted([*key, n] for key, n in total.items()))
 
 
-class _WriteCounts(beam.PTransform):
-    """Every leaf → the sum of the tallies among them, written to ``path`` as [namespace, name, count] rows."""
+class GatherAndWrite(beam.PTransform):
+    """PCollections → one value combined from all their elements (``keep`` ones alone, when given), handed to
+    ``write(value, *args)`` once, also when they are empty.
 
-    def __init__(self, path: str) -> None:
+    An ``empty`` element joins them, so the combine has a value without a combine default: Beam gives the
+    default through a side input, which the Dask runner gets wrong, and this keeps it on the main path.
+    """
+
+    def __init__(
+        self,
+        combine: Callable[[Iterable[Any]], Any],
+        empty: Any,
+        write: Callable[..., None],
+        *args: Any,
+        keep: Callable[[Any], bool] | None = None,
+    ) -> None:
         super().__init__()
-        self._path = path
+        self._combine, self._empty, self._write, self._args, self._keep = combine, empty, write, args, keep
 
-    def expand(self, leaves: tuple[beam.PCollection, ...]) -> beam.PCollection:
-        # One empty tally, so the sum exists when nothing was counted without a combine default: the default
-        # comes through a side input, and the sum stays on the main path, where the Dask runner computes it.
-        nothing = leaves[0].pipeline | "NothingCounted" >> beam.Create([_Tally()])
+    def expand(self, pcolls: tuple[beam.PCollection, ...]) -> beam.PCollection:
+        nothing = pcolls[0].pipeline | "Nothing" >> beam.Create([self._empty])
+        gathered = (*pcolls, nothing) | "Gather" >> beam.Flatten()
+        if self._keep is not None:
+            gathered = gathered | "Keep" >> beam.Filter(self._keep)
         return (
-            (*leaves, nothing)
-            | "Gather" >> beam.Flatten()
-            | "KeepTallies" >> beam.Filter(_is_tally)
-            | "Sum" >> beam.CombineGlobally(_sum_tallies).without_defaults()
-            | "Write" >> beam.Map(_write_counts, self._path)
+            gathered
+            | "Combine" >> beam.CombineGlobally(self._combine).without_defaults()
+            | "Write" >> beam.Map(self._write, *self._args)
         )
 
 
@@ -218,7 +235,9 @@ def _run_and_tally(pipeline: beam.Pipeline, folder: str) -> list[tuple[str, str,
     path = files.join(folder, COUNTS_FILE)
     visitor = _Leaves()
     pipeline.visit(visitor)
-    _ = tuple(visitor.leaves()) | "WriteCounts" >> _WriteCounts(path)
+    # Every leaf → the sum of the tallies among them, written to ``path`` as [namespace, name, count] rows.
+    write = GatherAndWrite(_sum_tallies, _Tally(), _write_counts, path, keep=_is_tally)
+    _ = tuple(visitor.leaves()) | "WriteCounts" >> write
     result = pipeline.run()
     try:
         result.wait_until_finish()
@@ -241,16 +260,3 @@ def _totals(rows: list[tuple[str, str, int]], counters: Sequence[Counters]) -> d
         if (namespace, name) in declared:
             totals[name] += n
     return dict(sorted(totals.items()))
-
-
-@contextlib.contextmanager
-def owning_outputs(folder: str, marker: str, patterns: Sequence[str]) -> Iterator[None]:
-    """Clears ``marker``, then every file ``patterns`` match and any temporary file in ``folder``, before the
-    block and again if it raises: the folder holds one finished run or none."""
-    everything = [marker, *patterns, ".tmp-*"]
-    files.delete_matching(folder, everything)
-    try:
-        yield
-    except BaseException:
-        files.delete_matching(folder, everything)
-        raise

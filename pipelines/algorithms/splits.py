@@ -10,9 +10,11 @@ plays no part, so changing it keeps the split.
 
 from __future__ import annotations
 
-from pipelines.hashes import unit_interval
+import dataclasses
 
-__all__ = ["HELD_OUT", "SPLITS", "SPLIT_KEY", "check_fraction", "is_held_out", "split_of"]
+from pipelines.algorithms.hashes import unit_interval
+
+__all__ = ["HELD_OUT", "SPLITS", "SPLIT_KEY", "HeldOutSplit", "check_fraction", "is_held_out", "split_of"]
 
 SPLIT_KEY = "held-out"  # the hash's first part; batch code hashes ids with the same key (instances)
 SPLITS = ("train", "dev", "test")
@@ -24,6 +26,23 @@ def check_fraction(held_out_fraction: float) -> float:
     if not 0 < held_out_fraction < 1:
         raise ValueError(f"held_out_fraction must be in (0, 1), got {held_out_fraction}")
     return held_out_fraction
+
+
+@dataclasses.dataclass
+class HeldOutSplit:
+    """The one field every splitting stage's config shares, and its check: a stage config derives from it (and
+    a ``__post_init__`` of its own calls ``super().__post_init__()``)."""
+
+    held_out_fraction: float = dataclasses.field(
+        default=0.2,
+        kw_only=True,
+        metadata={
+            "help": "share of documents held out, half dev, half test (top-level param: every stage's one split)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        check_fraction(self.held_out_fraction)
 
 
 def split_of(document_id: str, held_out_fraction: float) -> str:

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from pipelines.seeding import uniform
-from pipelines.vocab_layout import MASK_ID, NUM_SPECIAL
+from pipelines.algorithms.seeding import uniform
+from pipelines.algorithms.vocab_layout import MASK_ID, NUM_SPECIAL
 
 __all__ = ["MaskedBatch", "MaskedTokens", "MaskingConfig", "TokenClasses", "is_cjk", "mask_batch", "mask_ngrams"]
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import files
+from pipelines.runtime import files
 
 __all__ = ["Spill", "ThenEach"]
 

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 import yaml
 
-from pipelines.commands import VERBOSE_FLAG  # stripped by commands.main; listed here so --help shows it
+from pipelines.runtime.commands import VERBOSE_FLAG  # stripped by commands.main; listed here so --help shows it
 
 __all__ = ["ParsedConfig", "load_params", "parse_config"]
 
