@@ -1,6 +1,7 @@
-"""ALBERT (Lan et al., 2019, arXiv 1909.11942) in plain torch: config and presets, modules, heads, init.
+"""ALBERT (Lan et al., 2019, arXiv 1909.11942) in plain torch: modules, heads, init, tied weights.
 
-Knows nothing of distribution: ``sharding.py`` wraps the model (a test greps this file). Names follow
+Knows nothing of distribution: ``sharding.py`` wraps the model (a test greps this file and ``model_config.py``,
+which holds ``AlbertConfig`` and its presets; re-exported here as the model's public name). Names follow
 ``transformers.AlbertForPreTraining``, so for ``sharing="all"`` ``interop/hf.py`` is a one-to-one name map.
 Deliberate differences from transformers: the MLM head runs only at ``masked_positions`` when given (as TF
 gathers first; about 20 of 512 positions need V-wide logits); the SOP head has no dropout (as TF); the padding
@@ -10,18 +11,15 @@ Build on the meta device, then ``to_empty`` and ``init_weights()`` (torchtitan's
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from albert_lightning.model_config import ACTIVATIONS, SHARING, AlbertConfig
+
 __all__ = [
-    "ACTIVATIONS",
-    "PRESETS",
-    "SHARING",
     "TIED_WEIGHTS",
     "AlbertConfig",
     "AlbertForPreTraining",
@@ -33,95 +31,12 @@ __all__ = [
     "with_tied_weights",
 ]
 
-# Cross-layer sharing strategies of the paper's Table 4, mapped to the parts of an AlbertLayer that all layers
-# share. "all" is handled by the group layout instead (num_hidden_groups × inner_group_num unique layers).
-SHARING: dict[str, tuple[str, ...]] = {
-    "all": (),
-    "attention": ("attention",),
-    "ffn": ("ffn", "ffn_output", "full_layer_layer_norm"),
-    "none": (),
-}
-
 # Parameters that are the same tensor as another one (transformers' `_tied_weights_keys`): the MLM decoder
 # reuses the word embeddings, and its bias is the head's V-sized bias. Checkpoint code writes these once.
 TIED_WEIGHTS = {
     "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
     "predictions.decoder.bias": "predictions.bias",
 }
-
-# Sizes from the paper's Table 1; xlarge uses 16 heads as the released checkpoints do (the paper's rule,
-# H/64, would give 32). "tiny" (E=32, H=64, 2 layers) serves the tests and is the CPU default of the embedded
-# corpus: bench/sweep.py measured it to learn most per minute on 2 cores (bench/results/sweep.md). "mini"
-# (L=4/H=128, BERT-Tiny's width at BERT-Mini's depth, Turc et al. 2019; 4.2M parameters at V=30000) and "small"
-# (BERT-Mini's L=4/H=256) are the next sizes up, for longer CPU runs.
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        vocab_size=1000,
-        embedding_size=32,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=128,
-        max_position_embeddings=128,
-    ),
-    "mini": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512),
-    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
-    "xlarge": dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192),
-    "xxlarge": dict(hidden_size=4096, num_hidden_layers=12, num_attention_heads=64, intermediate_size=16384),
-}
-
-
-@dataclass
-class AlbertConfig:
-    """ALBERT hyper-parameters; the defaults are ALBERT-base (field names as transformers' AlbertConfig)."""
-
-    vocab_size: int = 30000  # V: SentencePiece vocabulary size
-    embedding_size: int = 128  # E: factorised embedding width (paper §3.1)
-    hidden_size: int = 768  # H: transformer width
-    num_hidden_layers: int = 12  # L: layers applied (each may reuse shared weights)
-    num_attention_heads: int = 12  # heads per attention block; must divide H
-    intermediate_size: int = 3072  # I: FFN inner width
-    num_hidden_groups: int = 1  # G: groups of unique layers for sharing="all"; layer i uses group ⌊i·G/L⌋
-    inner_group_num: int = 1  # K: unique layers inside a group, all run each time the group is used
-    sharing: str = "all"  # cross-layer sharing: "all" | "attention" | "ffn" | "none" (paper Table 4)
-    hidden_dropout_prob: float = 0.0  # dropout on embeddings and residual branches (0, as ALBERT v2)
-    attention_probs_dropout_prob: float = 0.0  # dropout on attention probabilities (0, as ALBERT v2)
-    classifier_dropout_prob: float = 0.1  # dropout before fine-tuning classifiers only; not used in pretraining
-    max_position_embeddings: int = 512  # longest sequence the position table covers
-    type_vocab_size: int = 2  # token types (segment A / B)
-    initializer_range: float = 0.02  # std of the normal initialiser
-    layer_norm_eps: float = 1e-12  # LayerNorm epsilon (TF and transformers)
-    pad_token_id: int = 0  # id of <pad>; written to exported configs, not special inside the model
-    # FFN and MLM-head activation, by transformers' name (see ACTIVATIONS). The default is what every checkpoint
-    # before this field was trained with, so their hyper_parameters keep their meaning.
-    hidden_act: str = "gelu_new"
-
-    def __post_init__(self) -> None:
-        if self.sharing not in SHARING:
-            raise ValueError(f"sharing={self.sharing!r} is not one of {', '.join(map(repr, SHARING))}")
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act={self.hidden_act!r} is not one of {', '.join(map(repr, ACTIVATIONS))}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of {self.num_attention_heads} heads")
-        if self.sharing != "all" and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
-            raise ValueError(f"num_hidden_groups and inner_group_num apply to sharing='all', not {self.sharing!r}")
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> AlbertConfig:
-        """Returns the named preset with ``overrides`` applied.
-
-        Args:
-            name: one of ``PRESETS``: tiny, mini, small, base, large, xlarge, xxlarge.
-            **overrides: AlbertConfig fields to change, e.g. ``vocab_size=8000``.
-
-        Raises:
-            ValueError: if ``name`` is not a preset.
-        """
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        return cls(**{**PRESETS[name], **overrides})
 
 
 class AlbertModelOutput(NamedTuple):
@@ -132,20 +47,6 @@ class AlbertModelOutput(NamedTuple):
 class PreTrainingOutput(NamedTuple):
     prediction_logits: torch.Tensor  # [B, P, V] at masked_positions, or [B, T, V] without them
     sop_logits: torch.Tensor  # [B, 2] sentence-order logits (0 = original order, 1 = swapped)
-
-
-def gelu_new(x: torch.Tensor) -> torch.Tensor:
-    """The tanh approximation of GELU: TF ALBERT's "gelu", transformers' "gelu_new" and "gelu_pytorch_tanh"."""
-    return F.gelu(x, approximate="tanh")
-
-
-# The activations of released ALBERT checkpoints, under transformers' names so that a config.json round-trips by
-# name. "gelu" is the exact erf form (some v1 configs say it): computing it as the tanh form would change outputs.
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,
-    "gelu_new": gelu_new,
-    "gelu_pytorch_tanh": gelu_new,
-}
 
 
 class AlbertEmbeddings(nn.Module):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from albert_lightning.ablations import findings as af
-from albert_lightning.evaluation.task_files import TaskSpec
+from albert_lightning.evaluation.task_specs import TaskSpec
 
 ACCURACY = TaskSpec("acc", "classification", ("a", "b"), ("accuracy",), "accuracy", {})
 F1 = TaskSpec("f1", "classification", ("no", "yes"), ("f1",), "f1", {})

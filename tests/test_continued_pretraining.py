@@ -17,7 +17,7 @@ from albert_lightning.interop.export import main as export_main
 from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
 from albert_lightning.pretraining.module import AlbertPretraining
 from pipelines import segment, vocab
-from pipelines.shards import Manifest
+from pipelines.contracts.manifest import Manifest
 from tests.conftest import LOCAL, NO_PARAMS
 from tests.test_pretraining import cli_in_process, fit_args, fit_subprocess, recorded
 

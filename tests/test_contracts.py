@@ -20,7 +20,7 @@ from albert_lightning.evaluation.finetuning import Encoder
 from albert_lightning.interop.hf import export_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining.data import ShardDataModule, ShardDataset
-from pipelines.shards import MANIFEST, SPIECE, Manifest
+from pipelines.contracts.manifest import MANIFEST, SPIECE, Manifest
 from tests.conftest import LOCAL, PipelineRun, run_instances
 
 
@@ -106,7 +106,7 @@ def test_a_failed_export_leaves_the_previous_folder_and_no_partial_one(
     def disk_full(*args, **kwargs):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr("albert_lightning.interop.hf._tokenizer_json", disk_full)
+    monkeypatch.setattr("albert_lightning.interop.hf_tokenizer._tokenizer_json", disk_full)
     retrained = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=2000))  # other random weights
     with pytest.raises(OSError, match="No space"):
         export_hf(retrained, retrained.config, tmp_path / "export", str(pipeline_run.spiece))

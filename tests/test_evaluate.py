@@ -19,12 +19,14 @@ import torch
 import yaml
 
 from albert_lightning.evaluation import cli as evaluate
+from albert_lightning.evaluation import runner
 from albert_lightning.evaluation.finetuning import Encoder
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.report import read_predictions, write_report
-from albert_lightning.evaluation.task_files import GLUE_TASKS, TaskDataError, TaskSpec, generic_task
+from albert_lightning.evaluation.task_files import TaskDataError, generic_task
+from albert_lightning.evaluation.task_specs import GLUE_TASKS, TaskSpec
 from albert_lightning.pretraining.data import ShardDataset
-from pipelines.textnorm import Normalizer
+from pipelines.algorithms.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_task_files import FILES, TEST_FILES, write_glue
 
@@ -253,7 +255,7 @@ def test_every_input_is_checked_before_any_fine_tuning(
         checkpoint = tmp_path / "nothing.ckpt"
     elif case == "missing vocabulary":
         flags = ["--spiece", str(tmp_path / "nothing.model")]
-    monkeypatch.setattr(evaluate, "finetune", _no_fine_tuning)
+    monkeypatch.setattr(runner, "finetune", _no_fine_tuning)
     with pytest.raises((TaskDataError, ValueError, OSError), match=message):
         _evaluate(pipeline_run, checkpoint, tmp_path / "eval", "--glue_dir", str(glue), "--tasks", *tasks, *flags)
     assert not (tmp_path / "eval").exists()  # nothing written, not even the intrinsic scores
@@ -262,14 +264,14 @@ def test_every_input_is_checked_before_any_fine_tuning(
 def test_each_task_is_written_as_it_finishes(
     pipeline_run: PipelineRun, random_export: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    real = evaluate.finetune
+    real = runner.finetune
 
     def finetune(network, spec, *args):
         if spec.name == "RTE":
             raise RuntimeError("out of memory")
         return real(network, spec, *args)
 
-    monkeypatch.setattr(evaluate, "finetune", finetune)
+    monkeypatch.setattr(runner, "finetune", finetune)
     for task in ("WNLI", "RTE"):
         write_glue(tmp_path / "glue", task)
     with pytest.raises(RuntimeError, match="out of memory"):

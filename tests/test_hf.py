@@ -17,7 +17,7 @@ from albert_lightning.evaluation.finetuning import Encoder
 from albert_lightning.interop.export import main
 from albert_lightning.interop.hf import export_hf, import_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from pipelines.textnorm import Normalizer
+from pipelines.algorithms.textnorm import Normalizer
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,7 +9,7 @@ import pytest
 
 from albert_lightning.evaluation.intervals import median_gain_interval, seed_scores
 from albert_lightning.evaluation.metrics import compute_metrics
-from albert_lightning.evaluation.task_files import GLUE_TASKS
+from albert_lightning.evaluation.task_specs import GLUE_TASKS
 
 REFERENCES = [1, 0, 1, 1]
 # 3 seeds × 4 dev examples. Accuracies: pretrained 1.0, 0.5, 0.75; random init 0.5, 0.5, 0.5.

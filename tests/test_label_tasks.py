@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from albert_lightning.evaluation import cli as evaluate
-from pipelines import corpus, dedup, leakage, segment, splits, tasks
-from pipelines.sources import plan_sources, read_records
+from pipelines import corpus, dedup, leakage, segment, tasks
+from pipelines.algorithms import splits
+from pipelines.readers.sources import plan_sources, read_records
 from tests.conftest import LOCAL, NO_PARAMS, PipelineRun
 from tests.test_evaluate import _argv  # the same tiny evaluate run
 

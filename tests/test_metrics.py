@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from albert_lightning.evaluation.metrics import _METRICS, compute_metrics, majority_baseline
-from albert_lightning.evaluation.task_files import GLUE_TASKS, METRIC_NAMES, TaskSpec
+from albert_lightning.evaluation.task_specs import GLUE_TASKS, METRIC_NAMES, TaskSpec
 
 COLA, SST2, MRPC, STSB, MNLI = (GLUE_TASKS[t] for t in ("CoLA", "SST-2", "MRPC", "STS-B", "MNLI"))
 

@@ -1,4 +1,5 @@
-"""Tests for albert_lightning.model: exact parameter counts, sharing, masking, gathering, init on meta."""
+"""Tests for albert_lightning.model and .model_config: exact parameter counts, sharing, masking, gathering, init on
+meta."""
 
 from __future__ import annotations
 
@@ -83,8 +84,10 @@ def test_config_validation_lists_the_choices():
 
 def test_model_file_does_not_know_about_distribution():
     import albert_lightning.model as model
+    import albert_lightning.model_config as model_config
 
-    assert "torch.distributed" not in Path(model.__file__).read_text()
+    for module in (model, model_config):
+        assert "torch.distributed" not in Path(module.__file__).read_text()
 
 
 def tiny_model(seed: int = 0, **overrides) -> AlbertForPreTraining:

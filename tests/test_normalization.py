@@ -18,8 +18,8 @@ from albert_lightning.interop.hf import export_hf
 from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining.module import AlbertPretraining
-from pipelines.shards import MANIFEST, Manifest
-from pipelines.textnorm import Normalizer
+from pipelines.algorithms.textnorm import Normalizer
+from pipelines.contracts.manifest import MANIFEST, Manifest
 from pipelines.vocab import VocabConfig, train_vocab
 
 transformers = pytest.importorskip("transformers")

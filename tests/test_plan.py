@@ -12,7 +12,7 @@ from albert_lightning.evaluation.plan import (
     train_sizes,
     train_subset,
 )
-from pipelines.seeding import stable_hash64
+from pipelines.algorithms.seeding import stable_hash64
 
 
 def test_seeds_are_derived_stably_and_more_seeds_keep_the_first() -> None:

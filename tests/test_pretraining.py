@@ -29,8 +29,9 @@ from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.pretraining.cli import AlbertCLI, cli_main
 from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
 from albert_lightning.pretraining.module import AlbertPretraining
-from pipelines.files import open_atomically
-from pipelines.shards import SPIECE, Manifest, ShardWriter, open_shard
+from pipelines.contracts.manifest import SPIECE, Manifest
+from pipelines.contracts.shards import ShardWriter, open_shard
+from pipelines.runtime.files import open_atomically
 from tests.conftest import DISTRIBUTED_ENV
 
 REPO = Path(__file__).resolve().parents[1]
@@ -319,8 +320,8 @@ def test_transformers_tokenizer_gives_the_pipelines_ids_on_the_embedded_corpus_u
     import pyarrow.parquet as pq
     import sentencepiece
 
-    from pipelines.sentences import document_sentences
-    from pipelines.textnorm import Normalizer
+    from pipelines.algorithms.sentences import document_sentences
+    from pipelines.algorithms.textnorm import Normalizer
 
     transformers = pytest.importorskip("transformers")
     tokenizer = transformers.AlbertTokenizer.from_pretrained(exported.folder)

@@ -1,4 +1,5 @@
-"""Checkpoints are read without running code: export, the ablation report and resuming refuse one that names any.
+"""Checkpoints are read without running code: export, the ablation report and resuming refuse one that names any,
+and so do the readers of a Hugging Face folder's pytorch_model.bin, which read no shard from outside the folder.
 
 The hostile checkpoint is a pretraining checkpoint whose unpickling in full would create a file, ``pwned``; each
 reader must refuse it with one line naming the file and what it names, and ``pwned`` must not appear.
@@ -6,8 +7,11 @@ reader must refuse it with one line naming the file and what it names, and ``pwn
 
 from __future__ import annotations
 
+import collections
+import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -18,6 +22,8 @@ import torch
 
 from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.interop.export import main as export_main
+from albert_lightning.interop.hf import export_hf, import_hf
+from albert_lightning.interop.pretrained import load_pretrained, read_start
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from tests.conftest import DISTRIBUTED_ENV
 from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_subprocess, write_subset
@@ -149,3 +155,86 @@ def test_a_real_checkpoint_loads_weights_only_resumes_and_exports(shards: Path, 
         ["--params", str(tmp_path / "none.yaml"), "--checkpoint", str(last), "--output", str(tmp_path / "export")]
     )
     assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
+
+
+class Weights(collections.OrderedDict):
+    """A state dict of a type of its own: unpickled in full, it creates the file its ``mark`` names."""
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        Path(state["mark"]).touch()
+
+
+def hf_folder(folder: Path) -> Path:
+    """A tiny model's Hugging Face folder (config.json, model.safetensors) as export writes it."""
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny"))
+    return export_hf(model, model.config, folder)
+
+
+def hostile_bin(folder: Path, payload: str) -> Path:
+    """A Hugging Face folder whose pytorch_model.bin, unpickled in full, creates ``pwned`` beside the folder."""
+    from safetensors.torch import load_file
+
+    weights = load_file(hf_folder(folder) / "model.safetensors")
+    (folder / "model.safetensors").unlink()  # the .bin is what a reader takes
+    mark = folder.parent / "pwned"
+    if payload == "subclass":
+        state = Weights(weights)
+        state.mark = str(mark)
+    else:
+        state = {**weights, "x": Touch(mark)}
+    torch.save(state, folder / "pytorch_model.bin")
+    return folder / "pytorch_model.bin"
+
+
+READERS = [read_start, load_pretrained, import_hf]  # --model.init_from, evaluate --checkpoint, the Python API
+
+
+def test_the_hostile_weights_file_runs_its_code_when_unpickled_in_full(tmp_path: Path) -> None:
+    torch.load(hostile_bin(tmp_path / "hf", "subclass"), weights_only=False)
+    assert (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(("payload", "named"), [("subclass", f"{__name__}.Weights"), ("touch", "getattr")])
+@pytest.mark.parametrize("reader", READERS)
+def test_a_pytorch_model_bin_naming_code_is_refused_in_one_line(tmp_path: Path, reader, payload, named) -> None:
+    path = hostile_bin(tmp_path / "hf", payload)
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'{path}: holds {named}, which no checkpoint')}") as e:
+        reader(tmp_path / "hf")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "pwned").exists()
+
+
+def sharded(folder: Path, shards: list[str]) -> Path:
+    """A Hugging Face folder whose weights are split over ``shards`` (names as its index gives them, relative to
+    the folder) by a model.safetensors.index.json; returns the index."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(hf_folder(folder) / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    names = sorted(weights)
+    weight_map = {name: shards[i * len(shards) // len(names)] for i, name in enumerate(names)}
+    for shard in shards:
+        save_file({k: v for k, v in weights.items() if weight_map[k] == shard}, folder / shard)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return folder / "model.safetensors.index.json"
+
+
+def test_a_sharded_folder_reads_its_shards(tmp_path: Path) -> None:
+    sharded(tmp_path / "hf", ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"])
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny"))
+    assert read_start(tmp_path / "hf").state.keys() == model.state_dict().keys()
+
+
+@pytest.mark.parametrize("shard", ["../secret.safetensors", "{tmp}/secret.safetensors", "sub/../../secret.safetensors"])
+@pytest.mark.parametrize("reader", READERS)
+def test_a_shard_index_naming_a_file_outside_its_folder_is_refused(tmp_path: Path, reader, shard: str) -> None:
+    shard = shard.format(tmp=tmp_path)  # an absolute path
+    index = sharded(tmp_path / "hf", ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"])
+    (tmp_path / "hf" / "sub").mkdir()  # so that sub/../.. is the folder's parent
+    (index.parent / "model-00002-of-00002.safetensors").rename(tmp_path / "secret.safetensors")  # a readable shard
+    weight_map = json.loads(index.read_text())["weight_map"]
+    weight_map = {k: shard if v.startswith("model-00002") else v for k, v in weight_map.items()}
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'{index}: weight_map names {shard!r}, not a file in')}"):
+        reader(tmp_path / "hf")

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from albert_lightning.evaluation import cli as evaluate
-from pipelines.return_questions import return_question
-from pipelines.splits import is_held_out
+from pipelines.algorithms.return_questions import return_question
+from pipelines.algorithms.splits import is_held_out
 from pipelines.vocab import VocabConfig
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_evaluate import _argv

@@ -1,6 +1,7 @@
-"""Span extraction's text handling (``albert_lightning.evaluation.reading.spans``): the alignment reproduces the
-normaliser exactly, pieces map back to the original text, windows follow the reference's ``run_squad``, and decoding the
-gold positions gives back the gold answer, in the original text's case and accents.
+"""Span extraction's text handling (``albert_lightning.evaluation.reading``'s ``spans``, ``windows`` and
+``decoding``): the alignment reproduces the normaliser exactly, pieces map back to the original text, windows follow
+the reference's ``run_squad``, and decoding the gold positions gives back the gold answer, in the original text's case
+and accents.
 
 The SentencePiece model is trained by the vocab stage's own trainer (identity rule, ALBERT's ids) on the texts
 below under every normalisation, so their characters are pieces rather than ``<unk>``.
@@ -15,16 +16,12 @@ import numpy as np
 import pytest
 
 from albert_lightning.evaluation.finetuning import Encoder
-from albert_lightning.evaluation.reading.spans import (
-    Window,
-    decode,
-    make_windows,
-    normalize_with_alignment,
-    tokenize_with_offsets,
-)
-from pipelines.textnorm import Normalizer
+from albert_lightning.evaluation.reading.decoding import decode
+from albert_lightning.evaluation.reading.spans import normalize_with_alignment, tokenize_with_offsets
+from albert_lightning.evaluation.reading.windows import Window, make_windows
+from pipelines.algorithms.textnorm import Normalizer
+from pipelines.algorithms.vocab_layout import CLS_ID, SEP_ID
 from pipelines.vocab import VocabConfig, train_vocab
-from pipelines.vocab_layout import CLS_ID, SEP_ID
 
 NORMALIZERS = [Normalizer(lower_case, strip_accents) for lower_case in (True, False) for strip_accents in (True, False)]
 IDS = [f"lower_case={n.lower_case}-strip_accents={n.strip_accents}" for n in NORMALIZERS]

@@ -9,19 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from albert_lightning.evaluation.task_files import (
-    GLUE_DIAGNOSTIC,
-    GLUE_SUBMISSION_FILES,
-    GLUE_TASKS,
-    LoadStats,
-    TaskDataError,
-    generic_task,
-    glue_name,
-    label_ids,
-    load_split,
-    present_splits,
-    resolve_task,
-)
+from albert_lightning.evaluation.task_files import LoadStats, TaskDataError, generic_task, label_ids, load_split
+from albert_lightning.evaluation.task_resolution import glue_name, present_splits, resolve_task
+from albert_lightning.evaluation.task_specs import GLUE_DIAGNOSTIC, GLUE_SUBMISSION_FILES, GLUE_TASKS
 
 MNLI_TRAIN = "index|promptID|pairID|genre|sentence1_binary_parse|sentence2_binary_parse|sentence1_parse|"
 MNLI_TRAIN += "sentence2_parse|sentence1|sentence2|label1|gold_label"

@@ -26,10 +26,10 @@ from albert_lightning.ablations.findings import spread
 from albert_lightning.evaluation.intervals import group_score, median_gain_interval
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.report import read_predictions, read_question_scores
-from albert_lightning.evaluation.task_files import TaskSpec
-from pipelines.commands import main as run_command
-from pipelines.files import write_bytes_atomically, write_json_atomically
-from pipelines.params import parse_config
+from albert_lightning.evaluation.task_specs import TaskSpec
+from pipelines.runtime.commands import main as run_command
+from pipelines.runtime.files import write_bytes_atomically, write_json_atomically
+from pipelines.runtime.params import parse_config
 
 __all__ = ["AcrossRunsConfig", "main", "rows", "verdict"]
 

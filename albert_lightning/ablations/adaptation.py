@@ -31,10 +31,10 @@ from albert_lightning.ablations.findings import (
     spread,
 )
 from albert_lightning.evaluation.report import read_predictions
-from albert_lightning.evaluation.task_files import TaskSpec
-from pipelines.commands import main as run_command
-from pipelines.files import write_bytes_atomically, write_json_atomically
-from pipelines.params import parse_config
+from albert_lightning.evaluation.task_specs import TaskSpec
+from pipelines.runtime.commands import main as run_command
+from pipelines.runtime.files import write_bytes_atomically, write_json_atomically
+from pipelines.runtime.params import parse_config
 
 __all__ = ["COMPARISONS", "RUNS", "AdaptationConfig", "main", "rows"]
 

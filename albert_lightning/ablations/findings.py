@@ -19,7 +19,7 @@ import numpy as np
 
 from albert_lightning.evaluation.intervals import draws, group_score, percentile_interval
 from albert_lightning.evaluation.metrics import compute_metrics
-from albert_lightning.evaluation.task_files import TaskSpec
+from albert_lightning.evaluation.task_specs import TaskSpec
 
 __all__ = [
     "FINDINGS",

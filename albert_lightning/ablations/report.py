@@ -29,12 +29,12 @@ from albert_lightning.ablations import findings as ablation_findings
 from albert_lightning.ablations.findings import Evidence, TaskPredictions
 from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.evaluation.report import read_predictions
-from albert_lightning.evaluation.task_files import TaskSpec
+from albert_lightning.evaluation.task_specs import TaskSpec
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, num_parameters
-from pipelines import files
-from pipelines.commands import main as run_command
-from pipelines.params import parse_config
-from pipelines.shards import MANIFEST, Manifest
+from pipelines.contracts.manifest import MANIFEST, Manifest
+from pipelines.runtime import files
+from pipelines.runtime.commands import main as run_command
+from pipelines.runtime.params import parse_config
 
 __all__ = ["Run", "collect", "main", "tables"]
 
@@ -283,5 +283,5 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 def command() -> None:
-    """Runs the command line; an error is one line, its trace in a log (pipelines/commands.py)."""
+    """Runs the command line; an error is one line, its trace in a log (pipelines/runtime/commands.py)."""
     run_command(main, "ablation_report")

@@ -7,7 +7,7 @@ then ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
 
 An evaluation is many small runs (every task, size, seed and start): ``show_run`` gives each one line on the
 console, and the command sends Lightning's per-run banners, tips and the libraries' warnings to its log
-(``CHATTER``, ``pipelines.commands.main``).
+(``CHATTER``, ``pipelines.runtime.commands.main``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.sharding import FSDP2Strategy, shard_albert
-from pipelines.commands import LIGHTNING_LOGGERS, Chatter, console
-from pipelines.textnorm import Normalizer
-from pipelines.vocab_layout import CLS_ID, SEP_ID, load_spiece
+from pipelines.algorithms.textnorm import Normalizer
+from pipelines.algorithms.vocab_layout import CLS_ID, SEP_ID, load_spiece
+from pipelines.runtime.commands import LIGHTNING_LOGGERS, Chatter, console
 
 __all__ = [
     "CHATTER",

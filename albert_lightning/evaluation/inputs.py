@@ -14,23 +14,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from albert_lightning.evaluation.config import EvaluateConfig
 from albert_lightning.evaluation.finetuning import Encoder
 from albert_lightning.evaluation.reading.runner import ReadingTask, reading_task
-from albert_lightning.evaluation.task_files import (
-    Example,
-    SplitFile,
-    TaskDataError,
-    read_task_config,
-    task_split_files,
-)
+from albert_lightning.evaluation.task_files import Example, TaskDataError, read_task_config
+from albert_lightning.evaluation.task_resolution import SplitFile, task_split_files
 from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertForPreTraining
-from pipelines.vocab_layout import load_spiece
-
-if TYPE_CHECKING:  # cli imports this module: the config's class is named for the type checker alone
-    from albert_lightning.evaluation.cli import EvaluateConfig
+from pipelines.algorithms.vocab_layout import load_spiece
 
 __all__ = [
     "TaskSplits",

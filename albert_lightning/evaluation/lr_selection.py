@@ -18,7 +18,7 @@ from typing import Protocol
 from albert_lightning.evaluation.finetuning import start_names, starts
 from albert_lightning.evaluation.plan import finetuning_seeds
 from albert_lightning.model import AlbertForPreTraining
-from pipelines.hashes import unit_interval
+from pipelines.algorithms.hashes import unit_interval
 
 __all__ = ["HeldSlice", "LrChoice", "SelectionConfig", "choose_lr", "choose_lrs", "fixed_rate", "selection_split"]
 

@@ -2,7 +2,7 @@
 
 Matthews correlation (CoLA), Pearson/Spearman and their mean (STS-B), F1 of class 1 with accuracy and their mean
 (MRPC, QQP) and accuracy (the rest), computed with scikit-learn and scipy. Which metrics a task reports, and which
-one ranks models, is ``TaskSpec.metrics`` / ``TaskSpec.primary`` (task_files.py). No torch: the evaluation loop hands
+one ranks models, is ``TaskSpec.metrics`` / ``TaskSpec.primary`` (task_specs.py). No torch: the evaluation loop hands
 in plain lists. Tests: ``python -m pytest tests/test_metrics.py``.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from albert_lightning.evaluation.task_files import TaskSpec
+from albert_lightning.evaluation.task_specs import TaskSpec
 
 __all__ = ["compute_metrics", "majority_baseline"]
 

@@ -1,8 +1,8 @@
 """Which fine-tuning runs the evaluation makes: the seeds, the nested training subsets and their step counts (pure).
 
-Every choice is a function of ``evaluate.seed`` and the task's name through ``pipelines.seeding.stable_hash64``
-(the same on every machine and process), so two evaluations of one checkpoint fine-tune on the same examples in
-the same order. Tests: ``python -m pytest tests/test_plan.py``.
+Every choice is a function of ``evaluate.seed`` and the task's name through
+``pipelines.algorithms.seeding.stable_hash64`` (the same on every machine and process), so two evaluations of one
+checkpoint fine-tune on the same examples in the same order. Tests: ``python -m pytest tests/test_plan.py``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from pipelines.seeding import stable_hash64
+from pipelines.algorithms.seeding import stable_hash64
 
 __all__ = ["finetuning_seeds", "finetuning_steps", "random_init_seed", "train_sizes", "train_subset"]
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from albert_lightning.evaluation.intervals import GainInterval, median_gain_interval
 from albert_lightning.evaluation.metrics import compute_metrics
-from albert_lightning.evaluation.task_files import TaskSpec
-from pipelines import files
+from albert_lightning.evaluation.task_specs import TaskSpec
+from pipelines.runtime import files
 
 __all__ = [
     "ACROSS_RUNS",
@@ -161,8 +161,8 @@ def write_predictions(
 
     A line is ``{"index": i, "id": the file's id or null, "label": gold or null, "prediction": p, "score": s,
     "pretrained": {"<train size>": [one per seed]}, "random_init": {...}}``. ``prediction`` and ``score`` are the
-    audited run's (``evaluation/cli.py`` says which run that is); the per-start entries hold every run that was scored
-    on the split (dev splits; none for test splits, which only the audited run predicts). ``index`` is the
+    audited run's (``evaluation/runner.py`` says which run that is); the per-start entries hold every run that was
+    scored on the split (dev splits; none for test splits, which only the audited run predicts). ``index`` is the
     example's position among the split's data rows.
 
     Args:

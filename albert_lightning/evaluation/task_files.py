@@ -1,56 +1,42 @@
-"""Downstream tasks: what a task is (``TaskSpec``) and how its files become ``Example``s.
+"""How a task's files become ``Example``s: TSV and JSONL files, checked row by row, and users' task folders.
 
-Owns the nine GLUE tasks in their standard distribution layout (``<glue_dir>/<TaskSpec.name>/train.tsv`` …, read as
-the original ``run_classifier.py`` / ALBERT ``classifier_utils.py`` processors do: tab-separated, no quoting) and a
-generic layout for users' own tasks (``generic_task``). Pure Python: no torch, no Beam, so the report and tests use
-it without a model. Every problem in a task file raises ``TaskDataError`` naming the file and line. ``resolve_task``
-turns a command-line name (GLUE's, Hugging Face's ``sst2``/``stsb``…, or a folder) into a task; ``run_splits`` says
-which files a run reads, and ``GLUE_SUBMISSION_FILES`` what the leaderboard calls each test split's predictions.
+GLUE's files are read as the original ``run_classifier.py`` / ALBERT ``classifier_utils.py`` processors do
+(tab-separated, no quoting; the tasks themselves are in ``task_specs``), and a generic layout serves users' own tasks
+(``generic_task``: ``train``/``dev``/``test`` as ``.tsv`` or ``.jsonl``, an optional ``task.json``). Pure Python: no
+torch, no Beam, so the report and tests use it without a model. Every problem in a task file raises
+``TaskDataError`` naming the file and line. Which task a name means, and which files a run reads, is
+``task_resolution``'s.
 Tests: ``python -m pytest tests/test_task_files.py``.
 """
 
 from __future__ import annotations
 
 import csv
-import difflib
 import json
 import logging
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
+from albert_lightning.evaluation.task_specs import REGRESSION_METRICS, TaskSpec
+
 __all__ = [
-    "GLUE_DIAGNOSTIC",
-    "GLUE_SUBMISSION_FILES",
-    "GLUE_TASKS",
-    "METRIC_NAMES",
+    "GENERIC_KEYS",
+    "ID_COLUMNS",
     "Example",
     "LoadStats",
-    "SplitFile",
     "TaskDataError",
-    "TaskSpec",
     "generic_task",
-    "glue_name",
     "label_ids",
     "load_split",
-    "present_splits",
     "read_generic_task",
     "read_task_config",
-    "resolve_task",
-    "run_splits",
-    "task_split_files",
 ]
 
 log = logging.getLogger(__name__)
 
-KINDS = ("classification", "regression")
-# Implemented in metrics.py; listed here so a TaskSpec is checked without importing scikit-learn.
-CLASSIFICATION_METRICS = ("accuracy", "f1", "f1_accuracy_mean", "matthews_correlation")
-REGRESSION_METRICS = ("pearson", "spearman", "pearson_spearman_mean")
-METRIC_NAMES = CLASSIFICATION_METRICS + REGRESSION_METRICS
 GENERIC_KEYS = ("kind", "labels", "text_a", "text_b", "label", "metrics", "primary")
 # An example's id, kept for predictions files and GLUE submissions: GLUE's files call it "index" (QQP "id"), Hugging
 # Face's exports "idx".
@@ -59,47 +45,6 @@ ID_COLUMNS = ("index", "id", "idx")
 
 class TaskDataError(ValueError):
     """A task file is missing or holds something other than what its task expects."""
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """What a task is: its labels, metrics, files and columns, and the paper's fine-tuning settings.
-
-    ``name`` doubles as the task's folder name in the GLUE distribution. ``splits`` and ``hparams`` are read-only.
-    """
-
-    name: str  # "CoLA", "MNLI", or a generic task's folder name
-    kind: str  # "classification" or "regression"
-    labels: tuple[str, ...]  # label strings in id order; () for regression
-    metrics: tuple[str, ...]  # names from METRIC_NAMES, computed by metrics.compute_metrics
-    primary: str  # the metric that ranks models; one of ``metrics``
-    splits: Mapping[str, str]  # split name → file name inside the task folder
-    hparams: Mapping[str, float] = field(default_factory=dict)  # paper Table 14 fine-tuning settings; {} if none
-    text_a: str = "text"  # column (or JSONL key) of the first text
-    text_b: str | None = None  # column of the second text of a pair task; None for single-text tasks
-    label_column: str = "label"  # column of the label (or regression score)
-    headerless_columns: tuple[str, ...] = ()  # column names of train/dev TSVs without a header row (CoLA)
-    skip_malformed: bool = False  # skip and count rows with the wrong field count (QQP) instead of failing
-    paper_metric: str | None = None  # the metric the paper's GLUE dev numbers are in
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"task {self.name}: kind {self.kind!r} is not one of {KINDS}")
-        if (self.kind == "classification") != bool(self.labels):
-            raise ValueError(f"task {self.name}: a classification task needs labels, a regression task none")
-        unknown = [m for m in (*self.metrics, self.primary) if m not in METRIC_NAMES]
-        if unknown or self.primary not in self.metrics:
-            raise ValueError(
-                f"task {self.name}: metrics {self.metrics} / primary {self.primary!r} must come from "
-                f"{METRIC_NAMES}, with primary among the metrics"
-            )
-        object.__setattr__(self, "splits", MappingProxyType(dict(self.splits)))
-        object.__setattr__(self, "hparams", MappingProxyType(dict(self.hparams)))
-
-    @property
-    def eval_splits(self) -> tuple[str, ...]:
-        """The labelled evaluation splits: ("dev",), or MNLI's ("dev_matched", "dev_mismatched")."""
-        return tuple(s for s in self.splits if s.startswith("dev"))
 
 
 @dataclass
@@ -119,67 +64,6 @@ class LoadStats:
 
     rows: int = 0  # data rows read, header excluded
     skipped_malformed: int = 0  # rows skipped for a wrong field count
-
-
-HPARAM_NAMES = ("learning_rate", "batch_size", "albert_dropout", "classifier_dropout", "train_steps", "warmup_steps")
-
-
-def _hp(lr: float, batch: int, dropout: float, steps: int, warmup: int) -> dict[str, float]:
-    # Paper Table 14: classifier dropout is 0.1 and max length 512 for every GLUE task.
-    return dict(zip(HPARAM_NAMES, (lr, batch, dropout, 0.1, steps, warmup), strict=True), max_seq_length=512)
-
-
-_STD_SPLITS = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
-_MNLI_SPLITS = {f"{s}_{m}": f"{s}_{m}.tsv" for s in ("dev", "test") for m in ("matched", "mismatched")}
-_BINARY = ("0", "1")
-_NLI2 = ("entailment", "not_entailment")
-_ACC = dict(metrics=("accuracy",), primary="accuracy", paper_metric="accuracy")
-# GLUE's leaderboard scores MRPC/QQP by the F1/accuracy mean and STS-B by the Pearson/Spearman mean, so those rank
-# models here. ALBERT's classifier_utils.py reports accuracy for them (Pearson for STS-B): likely the paper's metric.
-_F1ACC = dict(metrics=("f1", "accuracy", "f1_accuracy_mean"), primary="f1_accuracy_mean", paper_metric="accuracy")
-_PAIR = dict(text_a="sentence1", text_b="sentence2")
-
-# One task per call reads as the table it is, so the formatter leaves it alone.
-# fmt: off
-GLUE_TASKS: dict[str, TaskSpec] = {
-    t.name: t
-    for t in (
-        # CoLA train/dev have no header: source, label, original author's mark, sentence. Test has "index sentence".
-        TaskSpec("CoLA", "classification", _BINARY, ("matthews_correlation",), "matthews_correlation", _STD_SPLITS,
-                 _hp(1e-5, 16, 0.0, 5336, 320), text_a="sentence", paper_metric="matthews_correlation",
-                 headerless_columns=("source", "label", "label_mark", "sentence")),
-        TaskSpec("SST-2", "classification", _BINARY, splits=_STD_SPLITS, hparams=_hp(1e-5, 32, 0.0, 20935, 1256),
-                 text_a="sentence", **_ACC),
-        TaskSpec("MRPC", "classification", _BINARY, splits=_STD_SPLITS, hparams=_hp(2e-5, 32, 0.0, 800, 200),
-                 text_a="#1 String", text_b="#2 String", label_column="Quality", **_F1ACC),
-        TaskSpec("STS-B", "regression", (), ("pearson", "spearman", "pearson_spearman_mean"), "pearson_spearman_mean",
-                 _STD_SPLITS, _hp(2e-5, 16, 0.0, 3598, 214), label_column="score", paper_metric="pearson",
-                 **_PAIR),
-        # QQP's train file has rows broken by stray newlines; the reference processors skip them, and so do we.
-        TaskSpec("QQP", "classification", _BINARY, splits=_STD_SPLITS, hparams=_hp(5e-5, 128, 0.1, 14000, 1000),
-                 text_a="question1", text_b="question2", label_column="is_duplicate", skip_malformed=True,
-                 **_F1ACC),
-        TaskSpec("MNLI", "classification", ("contradiction", "entailment", "neutral"),
-                 splits={"train": "train.tsv", **_MNLI_SPLITS}, hparams=_hp(3e-5, 128, 0.0, 10000, 1000),
-                 label_column="gold_label", **_PAIR, **_ACC),
-        TaskSpec("QNLI", "classification", _NLI2, splits=_STD_SPLITS, hparams=_hp(1e-5, 32, 0.0, 33112, 1986),
-                 text_a="question", text_b="sentence", **_ACC),
-        TaskSpec("RTE", "classification", _NLI2, splits=_STD_SPLITS, hparams=_hp(3e-5, 32, 0.1, 800, 200),
-                 **_PAIR, **_ACC),
-        TaskSpec("WNLI", "classification", _BINARY, splits=_STD_SPLITS, hparams=_hp(2e-5, 16, 0.1, 2000, 250),
-                 **_PAIR, **_ACC),
-    )
-}
-# GLUE's diagnostic set (AX): unlabelled NLI pairs in <glue_dir>/diagnostic/, which the leaderboard scores with the
-# MNLI model's predictions; read as a test split of MNLI runs (``run_splits``), never fine-tuned on.
-GLUE_DIAGNOSTIC = TaskSpec("AX", "classification", GLUE_TASKS["MNLI"].labels, splits={"test": "diagnostic.tsv"},
-                           **_PAIR, **_ACC)
-# (task, test split) → the file the leaderboard expects that split's predictions in; a submission zips them.
-GLUE_SUBMISSION_FILES: dict[tuple[str, str], str] = {
-    **{(name, "test"): f"{name}.tsv" for name in GLUE_TASKS if name != "MNLI"},
-    ("MNLI", "test_matched"): "MNLI-m.tsv", ("MNLI", "test_mismatched"): "MNLI-mm.tsv", ("AX", "test"): "AX.tsv",
-}
-# fmt: on
 
 
 def _read_lines(path: Path) -> tuple[str, ...]:
@@ -441,97 +325,3 @@ def read_generic_task(folder: str | Path, config: dict[str, Any] | None = None) 
     except ValueError as e:
         raise TaskDataError(f"{folder}: {e}") from e
     return spec, lines
-
-
-def _glue_key(name: str) -> str:
-    return name.lower().replace("-", "").replace("_", "")
-
-
-def glue_name(name: str) -> str | None:
-    """The GLUE task ``name`` means in any case, with or without GLUE's hyphen (Hugging Face's ``sst2``,
-    ``stsb``, ``cola`` and GLUE's ``SST-2``, ``sts-b``), or None for any other name."""
-    return next((task for task in GLUE_TASKS if _glue_key(task) == _glue_key(name)), None)
-
-
-def _unknown_task(name: str) -> TaskDataError:
-    if _glue_key(name) == "ax":
-        return TaskDataError("AX is scored by the MNLI model: evaluate MNLI with <glue_dir>/diagnostic/diagnostic.tsv")
-    # What a typo was probably meant to be: a GLUE name in either spelling, or a folder beside the one named
-    known = {spelling: task for task in GLUE_TASKS for spelling in (task.lower(), _glue_key(task))}
-    parent = Path(name).parent
-    if len(Path(name).parts) > 1 and parent.is_dir():
-        known.update({str(p).lower(): str(p) for p in parent.iterdir() if p.is_dir()})
-    meant = difflib.get_close_matches(name.lower(), list(known), n=1)
-    hint = f"; did you mean {known[meant[0]]!r}?" if meant else ""
-    return TaskDataError(f"unknown task {name!r}: neither a GLUE task {tuple(GLUE_TASKS)} nor a task folder{hint}")
-
-
-def resolve_task(name: str, glue_dir: str | Path | None) -> tuple[TaskSpec, Path]:
-    """The task a command line names, and its folder.
-
-    Args:
-        name: A GLUE task in GLUE's or Hugging Face's spelling (read from ``glue_dir/<GLUE's name>``), or a task
-            folder in the generic layout (``generic_task``). A folder named like a GLUE task is given as a path
-            (``./cola``).
-        glue_dir: The folder holding GLUE's task folders; None when no GLUE task is wanted.
-
-    Raises:
-        TaskDataError: A GLUE name without ``glue_dir``, or a name that is neither; the message says which known
-            name was probably meant.
-    """
-    glue = glue_name(name)
-    if glue is not None:
-        if glue_dir is None:
-            raise TaskDataError(f"task {name!r} is a GLUE task: set glue_dir to the folder holding {glue}/")
-        return GLUE_TASKS[glue], Path(glue_dir) / glue
-    if not Path(name).is_dir():
-        raise _unknown_task(name)
-    return generic_task(name), Path(name)
-
-
-def task_split_files(name: str, glue_dir: str | Path | None, config: dict[str, Any]) -> dict[str, SplitFile]:
-    """The split files of the task ``name`` denotes (``resolve_task``), each file read at most once: a folder's
-    ``task.json`` is ``config`` (read already) and its train file's lines, read for the labels, are kept."""
-    if glue_name(name) is None and Path(name).is_dir():
-        spec, lines = read_generic_task(name, config)
-        return run_splits(spec, name, lines)
-    return run_splits(*resolve_task(name, glue_dir))
-
-
-def present_splits(spec: TaskSpec, folder: str | Path) -> tuple[str, ...]:
-    """The splits of ``spec`` a run reads: train and dev always (reading reports a missing one), test splits only
-    where their file exists: GLUE's test files carry no labels, so users often leave them out."""
-    return tuple(s for s in spec.splits if not s.startswith("test") or (Path(folder) / spec.splits[s]).is_file())
-
-
-@dataclass(frozen=True)
-class SplitFile:
-    """Where one split of a run comes from: ``split`` of ``spec`` in ``folder`` (MNLI's "diagnostic" is AX's)."""
-
-    spec: TaskSpec
-    folder: Path
-    split: str
-    lines: tuple[str, ...] | None = field(default=None, compare=False, repr=False)  # the file, when read already
-
-    def load(self) -> list[Example]:
-        """The split's examples (``load_split``)."""
-        return load_split(self.spec, self.folder, self.split, lines=self.lines)
-
-    @property
-    def submission_file(self) -> str | None:
-        """The GLUE leaderboard's file name for this split's predictions; None but for GLUE's own test files."""
-        glue = self.spec is GLUE_DIAGNOSTIC or GLUE_TASKS.get(self.spec.name) is self.spec
-        return GLUE_SUBMISSION_FILES.get((self.spec.name, self.split)) if glue else None
-
-
-def run_splits(spec: TaskSpec, folder: str | Path, train_lines: tuple[str, ...] | None = None) -> dict[str, SplitFile]:
-    """Every split a run of ``spec`` reads (``present_splits``), by name; an MNLI run also predicts GLUE's
-    diagnostic set (split "diagnostic") when ``<glue_dir>/diagnostic/diagnostic.tsv`` is there. ``train_lines``:
-    the train file's lines when read already."""
-    folder = Path(folder)
-    splits = {split: SplitFile(spec, folder, split) for split in present_splits(spec, folder)}
-    splits["train"] = SplitFile(spec, folder, "train", train_lines)
-    diagnostic = folder.parent / "diagnostic"
-    if spec is GLUE_TASKS["MNLI"] and (diagnostic / GLUE_DIAGNOSTIC.splits["test"]).is_file():
-        splits["diagnostic"] = SplitFile(GLUE_DIAGNOSTIC, diagnostic, "test")
-    return splits

@@ -12,8 +12,8 @@ import dataclasses
 
 from albert_lightning.checkpoints import read_pretraining_checkpoint
 from albert_lightning.interop.hf import export_hf
-from pipelines.commands import main as run_command
-from pipelines.params import parse_config
+from pipelines.runtime.commands import main as run_command
+from pipelines.runtime.params import parse_config
 
 __all__ = ["ExportConfig", "main"]
 
@@ -44,5 +44,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def command() -> None:
-    """Runs the command line; an error is one line, its trace in a log (pipelines/commands.py)."""
+    """Runs the command line; an error is one line, its trace in a log (pipelines/runtime/commands.py)."""
     run_command(main, "export")

@@ -8,7 +8,6 @@ test extra, never imported here: weights are written with ``safetensors`` and th
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import uuid
@@ -16,15 +15,17 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-import sentencepiece
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from albert_lightning.checkpoints import load_checkpoint, load_weights
 from albert_lightning.heads import HEADS, MultipleChoice, SequenceClassifier, SpanExtractor
-from albert_lightning.model import ACTIVATIONS, TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
-from pipelines.textnorm import Normalizer, hf_normalizer, normalizer_of, tokenizer_settings
-from pipelines.vocab_layout import SPECIAL_PIECES, load_spiece
+from albert_lightning.interop.hf_tokenizer import SPECIAL_IDS, write_tokenizer
+from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
+from albert_lightning.model_config import ACTIVATIONS
+from pipelines.algorithms.textnorm import Normalizer, hf_normalizer, normalizer_of, tokenizer_settings
+from pipelines.algorithms.vocab_layout import load_spiece
 
 __all__ = [
     "EXPORT_FILES",
@@ -38,10 +39,6 @@ __all__ = [
     "tokenizer_settings",
 ]
 
-# ALBERT's special-token layout (pipelines/vocab_layout.py), as AlbertTokenizer names them.
-SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
-SPECIAL_TOKENS |= {"mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"}
-SPECIAL_IDS = {piece: i for i, piece in enumerate(SPECIAL_PIECES)}
 PRETRAINING = "AlbertForPreTraining"
 # What an export of each network loads as in transformers: the pretraining model or a fine-tuned task model.
 ARCHITECTURES = {
@@ -50,8 +47,8 @@ ARCHITECTURES = {
     SpanExtractor: HEADS["span"],
     MultipleChoice: HEADS["choice"],
 }
-# Every file an export writes (``_write_model``, ``_write_tokenizer``): a folder holding nothing else is an earlier
-# export, which a new one may replace; any other name is someone's file, and the folder is left alone.
+# Every file an export writes (``_write_model``, ``hf_tokenizer.write_tokenizer``): a folder holding nothing else is
+# an earlier export, which a new one may replace; any other name is someone's file, and the folder is left alone.
 EXPORT_FILES = frozenset(
     [
         "config.json",
@@ -126,7 +123,7 @@ def export_hf(
     try:
         _write_model(model, config, tmp)
         if sp is not None:
-            _write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings, normalizer or Normalizer())
+            write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings, normalizer or Normalizer())
         _replace(folder, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -197,7 +194,8 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def import_hf(folder: str | Path) -> AlbertForPreTraining:
-    """Reads a transformers ALBERT folder (config.json + model.safetensors or pytorch_model.bin) into our model.
+    """Reads a transformers ALBERT folder (config.json + model.safetensors, its shards, or pytorch_model.bin) into
+    our model; a pytorch_model.bin is read weights-only (``checkpoints.load_checkpoint``).
 
     A released checkpoint (saved as AlbertForMaskedLM) has no SOP head and maybe no pooler; those are then
     freshly initialised, with a warning. Every other missing, unexpected or mis-shaped tensor is an error.
@@ -210,7 +208,7 @@ def import_hf(folder: str | Path) -> AlbertForPreTraining:
     if missing:
         warnings.warn(f"{folder} has no {missing}; they keep their random init", stacklevel=2)
     model = AlbertForPreTraining(config)
-    model.load_state_dict(state, strict=False)  # keys checked by read_hf; only optional heads may be missing
+    load_weights(model, state, missing, str(folder))  # only the optional heads read_hf names may be missing
     return model
 
 
@@ -259,137 +257,29 @@ def _config_from_hf(hf: dict, path: Path) -> AlbertConfig:
 def _read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     index = folder / "model.safetensors.index.json"
     if index.exists():  # sharded by transformers for big models
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        shards = _shard_names(index)
         return index, {k: v for shard in shards for k, v in load_file(folder / shard).items()}
     for name in ("model.safetensors", "pytorch_model.bin"):
         path = folder / name
         if path.exists() and name.endswith(".bin"):
-            return path, torch.load(path, map_location="cpu", weights_only=True)
+            return path, load_checkpoint(path)  # a pickle: read weights-only, a type beyond tensors refused
         if path.exists():
             return path, load_file(path)
     raise FileNotFoundError(f"{folder} has neither model.safetensors nor pytorch_model.bin")
 
 
-def _write_tokenizer(
-    sp: sentencepiece.SentencePieceProcessor, spiece_model: Path, folder: Path, max_length: int, normalizer: Normalizer
-) -> None:
-    """Copies spiece.model and writes tokenizer_config.json, special_tokens_map.json and tokenizer.json.
+def _shard_names(index: Path) -> list[str]:
+    """The shard files a ``model.safetensors.index.json`` names, each a plain file name beside it: a path (a
+    folder, ``..``, an absolute one) would read a file from elsewhere.
 
-    tokenizer.json spares transformers from parsing spiece.model with protobuf, which fails when the protobuf
-    runtime is older than sentencepiece's generated code (protobuf 6 with sentencepiece 0.2.3, as here).
-    Both files carry the normalisation: transformers 5's AlbertTokenizer rebuilds its normalizers from
-    tokenizer_config.json, while ``tokenizers.Tokenizer`` and ``PreTrainedTokenizerFast`` use tokenizer.json's.
+    Raises:
+        ValueError: one line naming the index and the first name that is not a file name in its folder.
     """
-    shutil.copyfile(spiece_model, folder / "spiece.model")
-    settings = {**tokenizer_settings(normalizer), "remove_space": True, "model_max_length": max_length}
-    # AlbertTokenizer's class default (["input_ids", "attention_mask"] in transformers 5) drops token_type_ids, so
-    # model(**tok(a, b)) would read segment B as type 0; listing them makes tok(a, b) return our pipeline's ids.
-    settings["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
-    tokenizer_config = {"tokenizer_class": "AlbertTokenizer", **settings, **SPECIAL_TOKENS}
-    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
-    (folder / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS, indent=2) + "\n")
-    charsmap = _proto_bytes(_proto_bytes(sp.serialized_model_proto(), 3), 2)  # normalizer_spec.precompiled_charsmap
-    tokenizer = _tokenizer_json(sp, charsmap, normalizer)
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False) + "\n")
-
-
-def _tokenizer_json(sp: sentencepiece.SentencePieceProcessor, charsmap: bytes, normalizer: Normalizer) -> dict:
-    """The `tokenizers` serialisation of AlbertTokenizer's pipeline (as transformers builds it) for ``sp``."""
-    metaspace = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": _added_tokens(),
-        "normalizer": {"type": "Sequence", "normalizers": _normalizers(normalizer, charsmap)},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]},
-        "post_processor": _post_processor(),
-        "decoder": metaspace,
-        "model": {
-            "type": "Unigram",
-            "unk_id": SPECIAL_IDS["<unk>"],
-            "vocab": [[sp.id_to_piece(i), sp.get_score(i)] for i in range(sp.get_piece_size())],
-            "byte_fallback": False,
-        },
-    }
-
-
-def _normalizers(normalizer: Normalizer, charsmap: bytes) -> list[dict]:
-    """``normalizer``'s steps as AlbertTokenizer's normalizers (transformers' AlbertConverter), then the charsmap."""
-    steps = [
-        {"type": "Replace", "pattern": {"String": "``"}, "content": '"'},
-        {"type": "Replace", "pattern": {"String": "''"}, "content": '"'},
-    ]
-    if normalizer.strip_accents:
-        steps += [{"type": "NFKD"}, {"type": "StripAccents"}]
-    if normalizer.lower_case:
-        steps.append({"type": "Lowercase"})
-    if charsmap:
-        steps.append({"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()})
-    return steps
-
-
-def _added_tokens() -> list[dict]:
-    """ALBERT's special pieces, matched before normalisation; ``[MASK]`` takes the space before it along, as
-    AlbertTokenizer's mask token does."""
-    return [
-        {
-            "id": i,
-            "content": piece,
-            "single_word": False,
-            "lstrip": piece == "[MASK]",
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-        for piece, i in SPECIAL_IDS.items()
-    ]
-
-
-def _post_processor() -> dict:
-    """``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]``, B's part with token type 1."""
-
-    def special(name: str, type_id: int) -> dict:
-        return {"SpecialToken": {"id": name, "type_id": type_id}}
-
-    def sequence(name: str, type_id: int) -> dict:
-        return {"Sequence": {"id": name, "type_id": type_id}}
-
-    return {
-        "type": "TemplateProcessing",
-        "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
-        "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0), sequence("B", 1), special("[SEP]", 1)],
-        "special_tokens": {t: {"id": t, "ids": [SPECIAL_IDS[t]], "tokens": [t]} for t in ("[CLS]", "[SEP]")},
-    }
-
-
-def _proto_bytes(message: bytes, number: int) -> bytes:
-    """Returns length-delimited field ``number`` of a protobuf message (b"" if absent), reading the wire format
-    directly: sentencepiece's generated protobuf module may not import (see ``_write_tokenizer``)."""
-    found, i = b"", 0
-    while i < len(message):
-        key, i = _varint(message, i)
-        wire_type = key & 7
-        if wire_type == 0:
-            _, i = _varint(message, i)
-        elif wire_type in (1, 5):
-            i += 8 if wire_type == 1 else 4
-        elif wire_type == 2:
-            size, i = _varint(message, i)
-            if key >> 3 == number:
-                found = message[i : i + size]
-            i += size
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-    return found
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i
-        shift += 7
+    index_json = json.loads(index.read_text())
+    weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
+    if not isinstance(weight_map, dict):
+        raise ValueError(f"{index}: no weight_map of tensor names to shard files")
+    for name in weight_map.values():
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+            raise ValueError(f"{index}: weight_map names {name!r}, not a file in {index.parent}; refusing to read it")
+    return sorted(set(weight_map.values()))

@@ -10,11 +10,12 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from albert_lightning.checkpoints import load_checkpoint, read_pretraining_checkpoint
+from albert_lightning.checkpoints import load_weights, read_pretraining_state
 from albert_lightning.interop.hf import read_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from pipelines.textnorm import Normalizer, hf_normalizer
+from pipelines.algorithms.textnorm import Normalizer, hf_normalizer
 
 __all__ = ["Start", "load_pretrained", "read_start"]
 
@@ -40,6 +41,16 @@ class Start:
     normalizer: Normalizer
     spiece_sha256: str | None
 
+    def load_into(self, model: nn.Module) -> None:
+        """Copies the start's tensors into ``model`` (built and initialised, not yet sharded); the heads it lacks
+        keep the model's initialisation.
+
+        Raises:
+            ValueError: one line naming ``path``, when the keys ``model`` misses are not exactly ``missing``,
+                or the start holds any it has not (``checkpoints.load_weights``).
+        """
+        load_weights(model, self.state, self.missing, self.path)
+
 
 def read_start(path: str | Path) -> Start:
     """Reads a Hugging Face ALBERT folder or a pretraining checkpoint (weights-only), without building a model.
@@ -56,9 +67,9 @@ def read_start(path: str | Path) -> Start:
         return Start(str(path), config, state, missing, hf_normalizer(path), sha)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no Hugging Face folder or checkpoint file there (--model.init_from)")
-    model, normalizer = read_pretraining_checkpoint(path)
-    hyper_parameters = load_checkpoint(path, mmap=True).get("hyper_parameters", {})
-    return Start(str(path), model.config, model.state_dict(), [], normalizer, hyper_parameters.get("spiece_sha256"))
+    config, state, hyper_parameters = read_pretraining_state(path)  # the file is read once
+    normalizer = Normalizer(**(hyper_parameters.get("normalizer") or {}))  # defaults: written before it was recorded
+    return Start(str(path), config, state, [], normalizer, hyper_parameters.get("spiece_sha256"))
 
 
 def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalizer]:
@@ -67,10 +78,14 @@ def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalize
     Args:
         source: a Lightning pretraining checkpoint (``.ckpt``: its recorded normalisation) or a Hugging Face
             ALBERT folder (its tokenizer_config.json's, AlbertTokenizer's defaults without one).
+
+    Raises:
+        FileNotFoundError: if nothing is there.
+        ValueError: one line naming the file, as ``read_start`` and ``Start.load_into`` refuse it.
     """
     start = read_start(source)
     if start.missing:
         warnings.warn(f"{start.path} has no {start.missing}; they keep their random init", stacklevel=2)
     model = AlbertForPreTraining(start.config)
-    model.load_state_dict(start.state, strict=False)  # only the heads read_start names as missing are absent
+    start.load_into(model)
     return model, start.normalizer

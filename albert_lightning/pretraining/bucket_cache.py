@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from pipelines.shards import MANIFEST, Manifest, file_mismatch
+from pipelines.contracts.manifest import MANIFEST, Manifest, file_mismatch
 
 __all__ = ["default_cache_dir", "is_remote", "local_folder"]
 
@@ -68,7 +68,7 @@ def local_folder(data_dir: str | os.PathLike, cache_dir: str | os.PathLike | Non
     if not is_remote(data_dir):
         return os.fspath(data_dir)
     # Beam's file systems, only for a remote folder: a local run never imports them.
-    from pipelines import files
+    from pipelines.runtime import files
 
     files.ensure_options()
     remote = os.fspath(data_dir).rstrip("/")
@@ -121,7 +121,7 @@ def _fetched(download: Callable[[str, Path], str], remote: str, blobs: Path, siz
 
     ``download(remote, local)`` copies the file and returns the sha256 of the bytes it wrote.
     """
-    from pipelines import files  # only here for a remote folder, as in local_folder
+    from pipelines.runtime import files  # only here for a remote folder, as in local_folder
 
     blob = _inside(blobs, sha256)
     with _locked(_inside(blobs, f"{sha256}.lock")):

@@ -37,8 +37,8 @@ from albert_lightning.checkpoints import load_checkpoint, refusal, safe_loading
 from albert_lightning.pretraining.data import ShardDataModule
 from albert_lightning.pretraining.module import AlbertPretraining
 from albert_lightning.pretraining.progress_bar import StepProgressBar
-from pipelines.commands import DEPRECATIONS, LIGHTNING_LOGGERS, Chatter
-from pipelines.commands import main as run_command
+from pipelines.runtime.commands import DEPRECATIONS, LIGHTNING_LOGGERS, Chatter
+from pipelines.runtime.commands import main as run_command
 
 __all__ = ["DEFAULT_CONFIG", "DESCRIPTION", "cli_main"]
 
@@ -244,5 +244,5 @@ CHATTER = Chatter(LIGHTNING_LOGGERS, DEPRECATIONS)
 
 
 def command() -> None:
-    """Runs the command line; an error is one line, its trace in a log (pipelines/commands.py)."""
+    """Runs the command line; an error is one line, its trace in a log (pipelines/runtime/commands.py)."""
     run_command(_command, "fit", chatter=CHATTER)

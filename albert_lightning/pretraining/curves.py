@@ -142,7 +142,7 @@ class PretrainingReport(L.Callback):
     def _save(path: str, text: str) -> None:
         """Writes ``text`` to ``path`` whole (``files.write_text_atomically``)."""
         # Beam's file systems, imported at the first write rather than as every training run starts (~0.7 s)
-        from pipelines import files
+        from pipelines.runtime import files
 
         files.write_text_atomically(path, text)
 
@@ -171,7 +171,7 @@ class PretrainingReport(L.Callback):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from pipelines import files
+        from pipelines.runtime import files
 
         figure, (losses, accuracies) = plt.subplots(1, 2, figsize=(10, 4))
         if self.train:

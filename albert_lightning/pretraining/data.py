@@ -25,10 +25,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from albert_lightning.pretraining.bucket_cache import is_remote, local_folder
-from pipelines.masking import TokenClasses, mask_batch
-from pipelines.seeding import mix_keys, stable_hash64
-from pipelines.shards import SPIECE, Manifest, open_shard
-from pipelines.vocab_layout import load_spiece
+from pipelines.algorithms.masking import TokenClasses, mask_batch
+from pipelines.algorithms.seeding import mix_keys, stable_hash64
+from pipelines.algorithms.vocab_layout import load_spiece
+from pipelines.contracts.manifest import SPIECE, Manifest
+from pipelines.contracts.shards import open_shard
 
 __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
 

@@ -20,10 +20,10 @@ from albert_lightning.interop.pretrained import read_start
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, PreTrainingOutput
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.pretraining.data import IGNORE_INDEX
-from albert_lightning.pretraining.start import check_shards, load_start, start_config
+from albert_lightning.pretraining.start import check_shards, start_config
 from albert_lightning.sharding import clip_grad_norm, shard_albert
-from pipelines.sop import INTER_SENTENCE_MODES
-from pipelines.textnorm import Normalizer
+from pipelines.algorithms.sop import INTER_SENTENCE_MODES
+from pipelines.algorithms.textnorm import Normalizer
 
 __all__ = ["AlbertPretraining", "is_last_step", "prediction_hits"]
 
@@ -106,7 +106,7 @@ class AlbertPretraining(L.LightningModule):
         self.model = AlbertForPreTraining(self.config)
         self.model.init_weights()
         if self._start is not None:
-            load_start(self.model, self._start)
+            self._start.load_into(self.model)
             if self._start.missing:
                 rank_zero_warn(f"{self._start.path} has no {self._start.missing}; initialised as a new model's")
             self._start = None

@@ -3,7 +3,8 @@
 
 The start's shape is the run's; its vocabulary and normalisation must be the shards', since ids mean pieces
 and pieces were cut from text normalised one way: a mismatch is refused before any step, naming both sides.
-Only weights carry over: the optimizer, its schedule and the step count start fresh (``--ckpt_path`` resumes).
+Only weights carry over (``Start.load_into``): the optimizer, its schedule and the step count start fresh
+(``--ckpt_path`` resumes).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import dataclasses
 from typing import Any
 
 from albert_lightning.interop.pretrained import Start
-from albert_lightning.model import AlbertConfig, AlbertForPreTraining
-from pipelines.textnorm import Normalizer, tokenizer_settings
+from albert_lightning.model import AlbertConfig
+from pipelines.algorithms.textnorm import Normalizer, tokenizer_settings
 
-__all__ = ["TRAINING_FIELDS", "check_shards", "load_start", "start_config"]
+__all__ = ["TRAINING_FIELDS", "check_shards", "start_config"]
 
 # AlbertConfig fields a continued run may change: how it trains, not what the weights mean.
 TRAINING_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob")
@@ -58,11 +59,3 @@ def check_shards(start: Start, vocab_size: int, spiece_sha256: str | None, norma
             f"{shards} normalises text as {tokenizer_settings(normalizer)}, but {start.path} as "
             f"{tokenizer_settings(start.normalizer)}: segment with the start's (segment.normalization_from)"
         )
-
-
-def load_start(model: AlbertForPreTraining, start: Start) -> None:
-    """Copies the start's tensors into ``model`` (built and initialised, not yet sharded); heads the start lacks
-    keep the model's initialisation."""
-    result = model.load_state_dict(start.state, strict=False)
-    if set(result.missing_keys) != set(start.missing) or result.unexpected_keys:
-        raise ValueError(f"{start.path}: missing {result.missing_keys}, unexpected {result.unexpected_keys}")

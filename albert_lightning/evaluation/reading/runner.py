@@ -7,8 +7,8 @@ and from random weights of its shape, on the same subset; scored on dev with the
 model: for spans the first sentence's object (the first sentence of the context without its first word: what a
 docstring's "Return …" opening answers), for RACE the most frequent answer letter of the training set.
 
-Span inputs are the reference's windows (``spans.make_windows``: ``max_seq_length``, ``doc_stride``,
-``max_query_length``), answers are decoded across a question's windows (``spans.decode``) back to the original
+Span inputs are the reference's windows (``windows.make_windows``: ``max_seq_length``, ``doc_stride``,
+``max_query_length``), answers are decoded across a question's windows (``decoding.decode``) back to the original
 text; SQuAD 2.0 reports the official best-threshold scores, the threshold on the no-answer score chosen on dev.
 A RACE option is ``[CLS] article [SEP] question option [SEP]`` (a blank ``_`` in the question is filled with the
 option), one score per option from [CLS], softmax over the four.
@@ -37,14 +37,15 @@ from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, ru
 from albert_lightning.evaluation.intervals import median_gain_interval
 from albert_lightning.evaluation.lr_selection import HeldSlice, choose_lrs
 from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
+from albert_lightning.evaluation.reading.decoding import decode
 from albert_lightning.evaluation.reading.files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
 from albert_lightning.evaluation.reading.metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
-from albert_lightning.evaluation.reading.spans import Window, decode, make_windows
+from albert_lightning.evaluation.reading.windows import Window, make_windows
 from albert_lightning.evaluation.report import PREDICTION_DIGITS, STARTS, round_score, rounded_gain
 from albert_lightning.evaluation.task_files import TaskDataError, read_task_config
 from albert_lightning.interop.hf import check_export_target, export_hf
 from albert_lightning.model import AlbertForPreTraining
-from pipelines.files import write_text_atomically
+from pipelines.runtime.files import write_text_atomically
 
 __all__ = ["READING_TASKS", "ReadingTask", "evaluate_reading_task", "first_sentence_object", "reading_task"]
 
@@ -202,7 +203,7 @@ def _finetune(
 
 
 def _predict(trainer: Any, module: AlbertFineTuning, task: ReadingTask, dev: list, config: Any) -> dict[str, Any]:
-    """Each dev question's prediction: a decoded ``spans.Prediction``, or the option scores of a RACE question."""
+    """Each dev question's prediction: a decoded ``decoding.Prediction``, or the option scores of a RACE question."""
     loader = _loader(_rows(task, dev), config.batch_size, shuffle=False, seed=0)
     logits = [row for batch in trainer.predict(module, loader) for row in batch.float().numpy()]
     if task.head == "choice":
@@ -367,7 +368,7 @@ def _write_predictions(
 def evaluate_reading_task(
     task: ReadingTask, config: Any, pretrained: AlbertForPreTraining, encoder: Encoder
 ) -> dict[str, Any]:
-    """Returns a reading task's report entry (the shape of ``evaluation.cli.evaluate_task``'s: per dev split the
+    """Returns a reading task's report entry (the shape of ``evaluation.runner.evaluate_task``'s: per dev split the
     baseline and per training-set size the fine-tuned scores), writing the audited run's files.
 
     Raises:
