@@ -7,6 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
+from albert_lightning.evaluation import intervals
 from albert_lightning.evaluation.intervals import median_gain_interval, seed_scores
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.task_specs import GLUE_TASKS
@@ -121,3 +122,17 @@ def test_identical_runs_do_not_narrow_the_interval() -> None:
     three = median_gain_interval(np.stack([pretrained] * 3), random_init, references, resamples=2000)
     assert three.median == one.median
     assert (three.high - three.low) == pytest.approx(one.high - one.low, rel=0.15)
+
+
+def test_the_gain_is_the_intervals_point_estimate_for_one_run_and_for_several() -> None:
+    # One implementation of the point estimate: the across-runs report's per-run gains and the intervals' point.
+    rng = np.random.default_rng(3)
+    references = rng.integers(0, 2, 40)
+    random_init = rng.integers(0, 2, (3, 40))
+    runs = rng.integers(0, 2, (2, 3, 40))
+    for pretrained in (runs[0], runs):
+        assert intervals.gain(pretrained, random_init, references) == pytest.approx(
+            intervals.median_gain_interval(pretrained, random_init, references, resamples=10).median
+        )
+    per_run = [intervals.gain(run, random_init, references) for run in runs]
+    assert intervals.gain(runs, random_init, references) == pytest.approx(np.mean(per_run))

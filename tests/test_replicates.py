@@ -54,3 +54,15 @@ def test_a_failed_run_stops_the_others_and_names_its_log(tmp_path: Path, capsys:
     assert time.monotonic() - started < 20 and not (tmp_path / "2").exists()
     err = capsys.readouterr().err
     assert "boom: bad shard" in err and "seed 1 failed (exit 3); log: " in err
+
+
+def test_every_report_lists_the_same_seed_folders_in_the_order_of_their_seeds(tmp_path: Path) -> None:
+    # One listing for the grid report, the adaptation report and the across-runs report: numeric order, not
+    # text order (seed-9 before seed-10), and only the finished runs.
+    from albert_lightning.ablations.replicates import seed_folders
+
+    for name in ("seed-10", "seed-9", "seed-11", "seed-x", "notes"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text("{}")
+    (tmp_path / "seed-12").mkdir()  # an unfinished run
+    assert [p.name for p in seed_folders(tmp_path)] == ["seed-9", "seed-10", "seed-11"]

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from albert_lightning.ablations.findings import spread
-from albert_lightning.evaluation.intervals import group_score, median_gain_interval
+from albert_lightning.ablations.replicates import seed_folders
+from albert_lightning.evaluation.intervals import gain, median_gain_interval
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.report import read_predictions, read_question_scores
 from albert_lightning.evaluation.task_specs import TaskSpec
@@ -58,9 +59,7 @@ def _evaluation(folder: Path) -> dict[str, Any]:
 
 def _runs(main: Path, runs: Path) -> dict[str, Path]:
     """Run name → evaluation folder: the main run first, then ``seed-<n>`` folders by seed."""
-    seeds = sorted((p for p in runs.glob("seed-*") if (p / "metrics.json").exists()),
-                   key=lambda p: int(p.name.removeprefix("seed-")))  # fmt: skip
-    return {"main": main, **{p.name: p for p in seeds}}
+    return {"main": main, **{p.name: p for p in seed_folders(runs)}}
 
 
 def _arrays(starts: dict[str, dict[str, list[list]]]) -> dict[str, dict[str, np.ndarray]]:
@@ -84,13 +83,6 @@ def _task_arrays(folder: Path, task: str, summary: dict[str, Any], split: str) -
     starts = _arrays(scores)
     first = next(iter(next(iter(starts.values())).values()))
     return (lambda p, r: float(np.mean(p))), starts, np.zeros(first.shape[1])
-
-
-def _gain(pretrained: np.ndarray, random_init: np.ndarray, references: np.ndarray, metric: Any) -> float:
-    """One run's gain: the median over seeds of (pretrained − random init) on every dev example."""
-    seeds, examples = pretrained.shape
-    return group_score(pretrained[None], references, metric, np.zeros(1, dtype=np.int64), np.arange(seeds),
-                       np.arange(examples), random_init)  # fmt: skip
 
 
 def _intrinsic(evaluations: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,7 +109,7 @@ def rows(main: Path, runs: Path, resamples: int = 2000, seed: int = 0) -> dict[s
             metric, main_starts, references = arrays["main"]
             for size, random_init in main_starts["random_init"].items():
                 pretrained = np.stack([arrays[run][1]["pretrained"][size] for run in folders])  # [R, S, N]
-                per_run = [_gain(p, random_init, references, metric) for p in pretrained]
+                per_run = [gain(p, random_init, references, metric) for p in pretrained]
                 across = median_gain_interval(pretrained, random_init, references, metric, resamples, seed)
                 alone = scores["sizes"][size]["gain"]  # the main report's: one run, its seeds and examples
                 gains.append({

@@ -30,6 +30,7 @@ from albert_lightning.ablations.findings import (
     score,
     spread,
 )
+from albert_lightning.ablations.replicates import seed_folders
 from albert_lightning.evaluation.report import read_predictions
 from albert_lightning.evaluation.task_specs import TaskSpec
 from pipelines.runtime.commands import main as run_command
@@ -52,10 +53,10 @@ class AdaptationConfig:
 
 def _seeds(runs: Path, run: str) -> list[Path]:
     """The model's evaluated pretraining runs, ``seed-<n>`` folders by seed."""
-    found = [p for p in (runs / run).glob("seed-*") if (p / "metrics.json").exists()]
+    found = seed_folders(runs / run)
     if not found:
         raise FileNotFoundError(f"{runs / run}: no seed-<n>/metrics.json; run `dvc repro adapt/dvc.yaml` first")
-    return sorted(found, key=lambda p: int(p.name.removeprefix("seed-")))
+    return found
 
 
 def _predictions(folders: list[Path], task: str, summary: dict[str, Any]) -> dict[str, TaskPredictions]:
@@ -86,7 +87,10 @@ def _cells(
 def rows(runs: Path, resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
     """One row for held-out domain MLM accuracy, then one per task and training size: each run's score and each
     comparison's difference with its 95 % interval."""
-    folders = {run: _seeds(runs, run) for run in RUNS}
+    return _rows({run: _seeds(runs, run) for run in RUNS}, resamples, seed)
+
+
+def _rows(folders: dict[str, list[Path]], resamples: int, seed: int) -> list[dict[str, Any]]:
     evaluations = {run: [json.loads((f / "metrics.json").read_text()) for f in folders[run]] for run in RUNS}
     counts = {run: [_mlm_counts(e) for e in evaluations[run]] for run in RUNS}
     mlm = {run: float(np.mean([c / n for c, n in counts[run]])) for run in RUNS}
@@ -135,10 +139,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         prog="python -m albert_lightning.ablations.adaptation",
     )
     config, runs, output = parsed.config, Path(parsed.paths["runs"]), Path(parsed.paths["output"])
-    table = rows(runs, config.resamples, config.seed)
+    folders = {run: _seeds(runs, run) for run in RUNS}
+    table = _rows(folders, config.resamples, config.seed)
     output.mkdir(parents=True, exist_ok=True)
     write_json_atomically(str(output / "results.json"), table)
-    count = len(_seeds(runs, RUNS[0]))
+    count = len(folders[RUNS[0]])
     title = (
         f"# Domain adaptation: continued vs general vs scratch\n\nEach model pretrained {count} times (seeds); "
         "scores are means over its runs ± their standard deviation, intervals resample pretraining runs, "

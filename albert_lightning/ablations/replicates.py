@@ -31,8 +31,15 @@ import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["Job", "jobs_for", "main", "threads_per_job"]
+__all__ = [
+    "Job",
+    "jobs_for",
+    "main",
+    "seed_folders",
+    "threads_per_job",
+]
 
 # Set by a distributed launch above us, they would make each child join that launch's process group.
 _DISTRIBUTED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK")
@@ -43,6 +50,13 @@ _THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 class Job:
     seed: int
     argv: list[str]
+
+
+def seed_folders(folder: Path, marker: str = "metrics.json") -> list[Path]:
+    """The ``seed-<n>`` folders of ``folder`` that hold ``marker`` (a finished evaluation), in the order of n:
+    how every report finds the runs this launcher's commands wrote."""
+    found = [p for p in folder.glob("seed-*") if p.name.removeprefix("seed-").isdigit() and (p / marker).exists()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("seed-")))
 
 
 def jobs_for(template: list[str], seeds: list[int]) -> list[Job]:

@@ -27,6 +27,7 @@ import torch
 
 from albert_lightning.ablations import findings as ablation_findings
 from albert_lightning.ablations.findings import Evidence, TaskPredictions
+from albert_lightning.ablations.replicates import seed_folders
 from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.evaluation.report import read_predictions
 from albert_lightning.evaluation.task_specs import TaskSpec
@@ -135,9 +136,7 @@ def _mean_and_spread(per_run: list[dict[str, float]]) -> tuple[dict[str, float],
 
 def _replicates(folder: Path) -> list[str]:
     """The seed folders (``seed-<n>``) the variant has both a pretraining run and an evaluation of, by seed."""
-    evaluated = {p.name for p in (folder / "eval").glob("seed-*") if (p / "metrics.json").exists()}
-    names = [p.name for p in (folder / "pretrain").glob("seed-*") if p.name in evaluated]
-    return sorted(names, key=lambda name: int(name.removeprefix("seed-")))
+    return [p.name for p in seed_folders(folder / "eval") if (folder / "pretrain" / p.name).is_dir()]
 
 
 def _read_run(folder: Path) -> Run:

@@ -30,6 +30,7 @@ __all__ = [
     "Draw",
     "GainInterval",
     "draws",
+    "gain",
     "group_score",
     "median_gain_interval",
     "percentile_interval",
@@ -142,6 +143,17 @@ def _as_runs(pretrained: np.ndarray, random_init: np.ndarray, references: np.nda
     return runs
 
 
+def gain(
+    pretrained: np.ndarray, random_init: np.ndarray, references: np.ndarray, metric: Metric | None = None
+) -> float:
+    """The gain of pretraining on every seed and dev example: the mean over runs of the median over seeds of
+    (pretrained − random init), ``median_gain_interval``'s point estimate. Shapes as there."""
+    pretrained, random_init, references = map(np.asarray, (pretrained, random_init, references))
+    runs = _as_runs(pretrained, random_init, references)
+    count, seeds, examples = runs.shape
+    return group_score(runs, references, metric, np.arange(count), np.arange(seeds), np.arange(examples), random_init)
+
+
 def median_gain_interval(
     pretrained: np.ndarray,
     random_init: np.ndarray,
@@ -173,8 +185,7 @@ def median_gain_interval(
     pretrained, random_init, references = map(np.asarray, (pretrained, random_init, references))
     runs = _as_runs(pretrained, random_init, references)
     count, seeds, examples = runs.shape
-    every = np.arange(examples)
-    point = group_score(runs, references, metric, np.arange(count), np.arange(seeds), every, random_init)
+    point = gain(runs, random_init, references, metric)
     statistics = [
         group_score(runs, references, metric, d.runs[0], d.seeds, d.rows[0], random_init)
         for d in draws([count], seeds, [examples], resamples, seed)
