@@ -1,6 +1,7 @@
-"""DVC reruns a stage only when a listed dependency changes: every module of ``pipelines`` a stage's command
-imports, directly or not, must be listed, or a change there would leave stale outputs in DVC's cache. The
-ablation grid's ``albert_lightning`` stages are held to the same rule, over both packages."""
+"""DVC reruns a stage only when a listed dependency changes, so a stage's code deps must be exactly the files its
+commands import, directly or not, from ``pipelines`` and ``albert_lightning`` (package ``__init__`` files included:
+importing ``a.b`` runs ``a/__init__.py``), plus the modules its ``--config`` files name by ``class_path``. One
+missing would leave stale outputs in DVC's cache after an edit there; one extra reruns the stage for nothing."""
 
 from __future__ import annotations
 
@@ -13,37 +14,40 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _imported_modules(module: str, seen: set[str] | None = None) -> set[str]:
-    """Returns ``module`` and every ``pipelines`` module it imports, transitively."""
-    seen = set() if seen is None else seen
-    path = REPO / "pipelines" / f"{module}.py"
-    if module in seen or not path.exists():
-        return seen
-    seen.add(module)
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module == "pipelines":
-            for alias in node.names:
-                _imported_modules(alias.name, seen)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipelines."):
-            _imported_modules(node.module.split(".")[1], seen)
-    return seen
-
-
+PACKAGES = ("pipelines", "albert_lightning")
 DVC_FILES = ("dvc.yaml", "ablations/dvc.yaml", "adapt/dvc.yaml", "replicates/dvc.yaml")
 
 
-def _stages(package: str) -> list[tuple[str, str, list[str]]]:
-    """(stage, module, deps) of each ``python -m {package}.…`` of the pipelines' dvc.yaml files: one entry per
-    module a command runs (a stage with a list of commands, or a launcher running another module, gives several)."""
+def _commands() -> list[tuple[str, list[str], list[str], list[str]]]:
+    """(stage, modules its commands run, config files they read, deps) of every stage of ``DVC_FILES``."""
     stages = []
     for dvc_file in DVC_FILES:
         for name, stage in yaml.safe_load((REPO / dvc_file).read_text())["stages"].items():
             stage = stage.get("do", stage)
-            commands = stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]
-            for command in commands:
-                for run in command.split(f"python -m {package}.")[1:]:
-                    stages.append((f"{dvc_file}:{name}", run.split()[0], stage.get("deps", [])))
+            words = " ".join(stage["cmd"] if isinstance(stage["cmd"], list) else [stage["cmd"]]).split()
+            modules = [
+                words[i + 1]
+                for i, word in enumerate(words[:-1])
+                if word == "-m" and words[i + 1].split(".")[0] in PACKAGES
+            ]
+            configs = [
+                words[i + 1] for i, word in enumerate(words[:-1]) if word == "--config" and "$" not in words[i + 1]
+            ]
+            stages.append((f"{dvc_file}:{name}", modules, configs, stage.get("deps", [])))
     return stages
+
+
+def needed_files(modules: list[str], configs: list[str]) -> set[str]:
+    """Every file of ``PACKAGES`` that running ``modules`` with ``configs`` imports."""
+    needed: set[str] = set()
+    for module in modules:
+        _imported_files(module, needed)
+    for config in configs:
+        for line in (REPO / config).read_text().splitlines():
+            name = line.split("class_path:")[-1].split("#")[0].strip() if "class_path:" in line else ""
+            if name.split(".")[0] in PACKAGES:
+                _imported_files(name.rsplit(".", 1)[0], needed)
+    return needed
 
 
 def _missing(needed: set[str], deps: list[str]) -> list[str]:
@@ -53,16 +57,6 @@ def _missing(needed: set[str], deps: list[str]) -> list[str]:
 
 def _stage_id(value: object) -> str:
     return value if isinstance(value, str) else "-"
-
-
-@pytest.mark.parametrize(("stage", "module", "deps"), _stages("pipelines"), ids=_stage_id)
-def test_every_pipelines_module_a_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
-    # Importing any module of the package runs pipelines/__init__.py first (it sets numba's cache folder).
-    needed = {f"pipelines/{m}.py" for m in _imported_modules(module)} | {"pipelines/__init__.py"}
-    assert not _missing(needed, deps), f"{stage}: add {_missing(needed, deps)} to its deps"
-
-
-PACKAGES = ("pipelines", "albert_lightning")
 
 
 def _module_file(dotted: str) -> str | None:
@@ -98,7 +92,11 @@ def _imported_files(dotted: str, seen: set[str] | None = None) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize(("stage", "module", "deps"), _stages("albert_lightning"), ids=_stage_id)
-def test_every_module_a_lightning_stage_imports_is_one_of_its_deps(stage: str, module: str, deps: list[str]) -> None:
-    needed = _imported_files(f"albert_lightning.{module}")
+@pytest.mark.parametrize(("stage", "modules", "configs", "deps"), _commands(), ids=_stage_id)
+def test_a_stages_code_deps_are_exactly_what_it_imports(
+    stage: str, modules: list[str], configs: list[str], deps: list[str]
+) -> None:
+    needed = needed_files(modules, configs)
     assert not _missing(needed, deps), f"{stage}: add {_missing(needed, deps)} to its deps"
+    extra = sorted(d for d in deps if d.endswith(".py") and d not in needed)
+    assert not extra, f"{stage}: {extra} are deps it never imports (a change there reruns it for nothing)"
