@@ -23,15 +23,17 @@ so held-out text is unseen in training and which copy survives depends on ids al
    the others. Shorter text and repeats inside one document stay (a play keeps "romeo."); a document left with
    no sentence is dropped (emptied).
 
-The records between the rules pass through ``spill`` files, not Beam shuffles, in six steps, each over input
-files or over ``slices`` slices of the key spaces (content keys, band keys, passage keys), each starting when the
-one before is done: (1) per file, its documents' keys and signatures; (2) per slice, repeated ids (a
-ValueError naming the files), rule 1 and rule 2's similar pairs; (3) once, rule 2 over all the pairs; (4) per
-file, one removal per removed document, and its survivors' passages; (5) per slice, rule 3; (6) per file, the
-decisions applied to the file read again. A worker holds one file's or one slice's records, step 3 the similar
-pairs only; the runner holds indices only, so memory stays flat as the corpus grows, with ``slices`` growing as
-the input (``slice_mb``).
-The output does not depend on the slice count. A stage whose output would hold no document fails naming
+The records between the rules pass through ``spill`` files, not Beam shuffles, in six steps, each over groups
+of input files or over ranges of the ``slices`` slices of the key spaces (content keys, band keys, passage keys),
+each starting when the one before is done: (1) per file group, its documents' keys and signatures; (2) per slice
+range, a slice at a time, repeated ids (a ValueError naming the files), rule 1 and rule 2's similar pairs; (3)
+once, rule 2 over all the pairs; (4) per file group, one removal per removed document, and its survivors'
+passages; (5) per slice range, rule 3; (6) per file group, the decisions applied to each file read again. A
+worker holds one group's records (``task_mb`` of input) or one slice's (``slice_mb``), step 3 the similar pairs
+only; the runner holds indices only, so memory stays flat as the corpus grows, with ``slices`` and the tasks
+growing as the input. Each step writes one spill file per task, which each task of the next step opens once, so
+the files opened grow as the tasks squared (``task_mb``), not as input files × slices.
+The output depends on neither the slice nor the task count. A stage whose output would hold no document fails naming
 the input folder; an input folder without ``stats.json`` or its ``normalizer`` record fails before the pipeline.
 Outputs of an earlier run are removed first and again on failure.
 """
@@ -54,18 +56,19 @@ from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
 from pipelines.runtime.options import input_mb, parse_stage_args, work_per_input_mb
 from pipelines.runtime.outputs import check_outputs, owning_outputs
-from pipelines.runtime.spill import Spill, ThenEach
+from pipelines.runtime.spill import Spill, ThenEach, even_ranges
 from pipelines.runtime.stage import Counted, GatherAndWrite, Smallest, run_and_count
 from pipelines.steps import dedup as steps
 from pipelines.steps.dedup import COUNTERS, RULES
 
-__all__ = ["DedupConfig", "DeduplicateDocuments", "run"]
+__all__ = ["DedupConfig", "DeduplicateDocuments", "plan_tasks", "run"]
 
 REMOVED = "removed.jsonl"
 SPILL = ".tmp-spill"  # the folder of the records between steps; the stage deletes it whether it fails or not
 # Single-core seconds per MB of sentence files: the slope between bench/dedup.py's runs on the sentences and on
 # their 10x copy (bench/results/dedup.json). Sizes Beam's local runner.
 CPU_S_PER_MB = 0.65
+MIN_TASKS = 8  # per step while there are as many files: a small input still spreads over the cores
 
 
 @dataclasses.dataclass
@@ -96,12 +99,19 @@ class DedupConfig(HeldOutSplit):
                   "records at a time; the output does not depend on it"},
     )  # fmt: skip
 
+    task_mb: float = dataclasses.field(
+        default=64.0,
+        metadata={"help": "MB of input sentence files per task of the per-file and per-slice steps (at least "
+                  f"{MIN_TASKS} tasks while there are as many files): one spill file per task; the output does not "
+                  "depend on it"},
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if not 0 < self.jaccard_threshold <= 1:
             raise ValueError(f"jaccard_threshold must be in (0, 1], got {self.jaccard_threshold}")
-        if self.slice_mb <= 0:
-            raise ValueError(f"slice_mb must be positive, got {self.slice_mb}")
+        if self.slice_mb <= 0 or self.task_mb <= 0:
+            raise ValueError(f"slice_mb and task_mb must be positive, got {self.slice_mb} and {self.task_mb}")
         if self.sample_removed < 0:
             raise ValueError(f"sample_removed must be at least 0, got {self.sample_removed}")
         self.hasher  # noqa: B018 -- refuses a num_perm that bands does not divide, before any worker starts
@@ -145,36 +155,44 @@ def WriteRemovedSample(samples: beam.PCollection, path: str, per_rule: int) -> b
 
 class DeduplicateDocuments(beam.PTransform):
     """The pipeline's root → every deduplicated sentences file of ``paths`` (the input files, in order) written
-    under ``output``, then removed.jsonl. Six steps, each over file or slice indices once the one before is
-    done; records pass between them through ``spill`` (``slices`` parts per key space)."""
+    under ``output``, then removed.jsonl. Six steps, each over file groups or slice ranges (``tasks``) once the one
+    before is done; records pass between them through ``spill``."""
 
-    def __init__(self, output: str, config: DedupConfig, paths: list[str], spill: Spill, slices: int) -> None:
+    def __init__(self, output: str, config: DedupConfig, paths: list[str], spill: Spill, tasks: steps.Tasks) -> None:
         super().__init__()
-        self._output, self._config, self._paths, self._spill, self._slices = output, config, paths, spill, slices
+        self._output, self._config, self._paths, self._spill, self._tasks = output, config, paths, spill, tasks
 
     def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
-        config, paths, spill, slices = self._config, self._paths, self._spill, self._slices
-        fraction = config.held_out_fraction
-        facts = Counted(beam.FlatMap(steps.spill_facts, paths, spill, config.hasher, config.passages, fraction, slices))
-        write = Counted(beam.FlatMap(steps.write_file, paths, spill, self._output, fraction))
+        config, paths, spill, tasks = self._config, self._paths, self._spill, self._tasks
+        fraction, groups, ranges = config.held_out_fraction, len(tasks.groups), len(tasks.ranges)
+        facts = Counted(beam.FlatMap(steps.spill_facts, paths, spill, config.hasher, config.passages, fraction, tasks))
+        write = Counted(beam.FlatMap(steps.write_files, paths, spill, self._output, fraction, tasks))
         samples = (
             root
-            | "EachFile" >> beam.Create(range(len(paths)))
+            | "EachFileGroup" >> beam.Create(range(groups))
             | "SpreadFiles" >> beam.Reshuffle()
             | "SpillFacts" >> facts
-            | "ThenEachSlice" >> ThenEach(slices)
-            | "DecideSlices" >> beam.FlatMap(steps.decide_slice, spill, config.jaccard_threshold, paths)
+            | "ThenEachSliceRange" >> ThenEach(ranges)
+            | "DecideSlices" >> beam.FlatMap(steps.decide_slices, spill, config.jaccard_threshold, paths, tasks)
             | "ThenResolve" >> ThenEach(1)
             | "ResolveNearDuplicates" >> beam.FlatMap(steps.resolve_near, spill)
-            | "ThenEachFile" >> ThenEach(len(paths))
-            | "GatherRemovals" >> beam.FlatMap(steps.gather_removals, spill, slices)
-            | "ThenEachSentenceSlice" >> ThenEach(slices)
-            | "DropSharedPassages" >> beam.FlatMap(steps.drop_shared_passages, spill, config.passages, len(paths))
-            | "ThenWriteEachFile" >> ThenEach(len(paths))
+            | "ThenEachFileGroup" >> ThenEach(groups)
+            | "GatherRemovals" >> beam.FlatMap(steps.gather_removals, spill, tasks)
+            | "ThenEachPassageRange" >> ThenEach(ranges)
+            | "DropSharedPassages" >> beam.FlatMap(steps.drop_shared_passages, spill, config.passages, tasks)
+            | "ThenWriteEachGroup" >> ThenEach(groups)
             | "WriteFiles" >> write
         )
         sample = WriteRemovedSample(files.join(self._output, REMOVED), config.sample_removed)
         return samples | "WriteRemovedSample" >> sample
+
+
+def plan_tasks(num_files: int, input_mb: float, config: DedupConfig) -> steps.Tasks:
+    """The file groups and slice ranges of a run over ``num_files`` files of ``input_mb`` MB in all: ``slice_mb``
+    per slice; ``task_mb`` per task, at least ``MIN_TASKS`` tasks while there are as many files."""
+    slices = max(1, math.ceil(input_mb / config.slice_mb))
+    count = max(MIN_TASKS, math.ceil(input_mb / config.task_mb))
+    return steps.Tasks(even_ranges(num_files, count), even_ranges(slices, count), slices)
 
 
 def run(argv: list[str] | None = None) -> dict:
@@ -186,12 +204,12 @@ def run(argv: list[str] | None = None) -> dict:
     inputs = finished_files(source, "sentences")
     spill = Spill(files.join(output, SPILL))
     normalizer = documents.read_normalizer(source)  # the instances stage needs it from here
-    slices = max(1, math.ceil(input_mb(source, "sentences-*.parquet") / config.slice_mb))
+    tasks = plan_tasks(len(inputs), input_mb(source, "sentences-*.parquet"), config)
     spill.delete()  # an earlier run's, killed before it could
     with owning_outputs(output, STATS, [*outputs("sentences"), REMOVED]):
         pipeline = beam.Pipeline(options=args.beam)
-        _ = pipeline | "DeduplicateDocuments" >> DeduplicateDocuments(output, config, inputs, spill, slices)
-        with progress.shown("dedup", 3 * len(inputs) + 2 * slices + 1, "file and slice passes", args.beam):
+        _ = pipeline | "DeduplicateDocuments" >> DeduplicateDocuments(output, config, inputs, spill, tasks)
+        with progress.shown("dedup", 3 * len(inputs) + 2 * tasks.slices + 1, "file and slice passes", args.beam):
             try:
                 counters = run_and_count(pipeline, output, COUNTERS)
             finally:

@@ -16,7 +16,8 @@ from pipelines import dedup
 from pipelines.algorithms.near_duplicates import estimated_jaccard
 from pipelines.algorithms.splits import is_held_out
 from pipelines.contracts.documents import SENTENCES_SCHEMA, file_index, file_name, table_from_rows
-from pipelines.runtime import files
+from pipelines.runtime import files, spill
+from pipelines.runtime.options import input_mb
 from pipelines.steps import dedup as dedup_steps
 
 FRACTION = 0.5
@@ -225,6 +226,44 @@ def test_any_number_of_slices_writes_the_same_files_and_leaves_no_spill(tmp_path
     for name in names:
         if name != "stats.json":  # which records slice_mb
             assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
+
+
+def _spill_opens(monkeypatch: pytest.MonkeyPatch) -> collections.Counter:
+    """Counts each spill file's openings for reading in this process (the in-memory runner's)."""
+    opened: collections.Counter = collections.Counter()
+    real = spill.FileSystems.open
+
+    def counting(path: str, *args, **kwargs):
+        opened[path] += dedup.SPILL in path
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(spill.FileSystems, "open", staticmethod(counting))
+    return opened
+
+
+def test_each_spill_file_is_opened_once_per_reading_task_whatever_the_slices(tmp_path: Path, monkeypatch):
+    # Each step used to write a spill file per input file or slice and read a slice's records from every one of
+    # them: input files × slices openings (tens of millions of GETs on a bucket at 7 GB).
+    source = _sentences_folder(tmp_path / "s", _docs(), num_files=12)
+    opened, seen = _spill_opens(monkeypatch), {}
+    for slice_mb in (0.001, 0.0001):
+        opened.clear()
+        _run(source, tmp_path / f"d{slice_mb}", f"--slice_mb={slice_mb}")
+        seen[slice_mb] = sorted(opened.values())
+    tasks = dedup.plan_tasks(12, input_mb(str(source), "sentences-*.parquet"), dedup.DedupConfig(slice_mb=0.0001))
+    assert tasks.slices > 10 * dedup.MIN_TASKS and len(tasks.ranges) == len(tasks.groups) == dedup.MIN_TASKS
+    assert seen[0.001] == seen[0.0001]  # ten times the slices, not one opening more
+    assert max(seen[0.0001]) <= dedup.MIN_TASKS  # a spill file is opened by each task of the step reading it
+
+
+def test_any_number_of_tasks_writes_the_same_files(tmp_path: Path):
+    source = _sentences_folder(tmp_path / "s", _docs(), num_files=12)
+    default = _run(source, tmp_path / "eight", "--slice_mb=0.0005")  # 8 file groups and slice ranges
+    each = _run(source, tmp_path / "twelve", "--slice_mb=0.0005", "--task_mb=0.000001")  # a task per file
+    assert default["counters"] == each["counters"]
+    for path in sorted((tmp_path / "eight").iterdir()):
+        if path.name != "stats.json":  # which records task_mb
+            assert path.read_bytes() == (tmp_path / "twelve" / path.name).read_bytes(), path.name
 
 
 def test_a_failed_run_leaves_no_spill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

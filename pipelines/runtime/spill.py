@@ -7,6 +7,10 @@ into ``parts`` slices) and a later step that reads one part at a time (``Spill.r
 and leave only indices to the runner; the parts, not the workers, grow with the corpus. ``ThenEach`` orders the
 steps: the next one starts once every element of the previous one is done.
 
+A step's task covers several sources or parts (``even_ranges``), so the number of files stays the number of tasks,
+not of input files or slices: a task reading parts opens each source file once (``Spill.parts``) and reads its
+parts one at a time, so each file is opened once per reading task, whatever the number of parts.
+
 Layout: ``{folder}/{kind}/{source:05d}.arrow``, one Arrow IPC file per source with one record batch per part, so
 a step writes one file however many parts there are and a reader of a part reads one batch of each (the file's
 footer says where). Written through a temporary name: a retried bundle rewrites the same bytes and a reader
@@ -15,7 +19,10 @@ never sees half a file. Works on every Beam file system that seeks; the stage ow
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+from collections.abc import Callable, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -25,7 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.runtime import files
 
-__all__ = ["Spill", "ThenEach"]
+__all__ = ["Spill", "ThenEach", "even_ranges"]
 
 
 class Spill:
@@ -55,13 +62,22 @@ class Spill:
 
     def read(self, kind: str, part: int, schema: pa.Schema) -> pa.Table:
         """Returns every source's rows of ``part``, in source order; reads only that batch of each file."""
+        with self.parts(kind, schema) as read_part:
+            return read_part(part)
+
+    @contextlib.contextmanager
+    def parts(self, kind: str, schema: pa.Schema) -> Iterator[Callable[[int], pa.Table]]:
+        """Opens every source file of ``kind`` once and yields ``read_part(p)``: every source's rows of part
+        ``p``, in source order. A task reading many parts holds one open file per source (their footers, not
+        their records) and one part's rows at a time."""
         # Digits first: a ``.tmp-*`` name of a write that never finished is not a source's file.
         pattern = files.join(self.folder, kind, "[0-9]*.arrow")
-        batches = []
-        for path in sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list):
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                batches.append(pa.ipc.open_file(pa.PythonFile(f, mode="r")).get_batch(part))
-        return pa.Table.from_batches(batches, schema).combine_chunks()
+        with contextlib.ExitStack() as stack:
+            readers = []
+            for path in sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list):
+                f = stack.enter_context(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
+                readers.append(pa.ipc.open_file(pa.PythonFile(f, mode="r")))
+            yield lambda part: pa.Table.from_batches([r.get_batch(part) for r in readers], schema).combine_chunks()
 
     def put(self, kind: str, index: int, table: pa.Table) -> None:
         """Writes ``table`` whole, for the step that reads it back by ``index``."""
@@ -80,6 +96,14 @@ class Spill:
         """Returns the table ``put`` under ``index``."""
         with FileSystems.open(self._path(kind, index), compression_type=CompressionTypes.UNCOMPRESSED) as f:
             return pa.Table.from_batches([pa.ipc.open_file(pa.PythonFile(f, mode="r")).get_batch(0)], schema)
+
+
+def even_ranges(count: int, tasks: int) -> list[range]:
+    """Splits ``range(count)`` into ``min(tasks, count)`` consecutive ranges whose lengths differ by one at most
+    (none when ``count`` is 0): the sources or parts each task of a step covers."""
+    tasks = max(1, min(tasks, count))
+    bounds = [count * t // tasks for t in range(tasks + 1)]
+    return [range(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 @beam.ptransform_fn

@@ -1,25 +1,30 @@
 """The dedup stage's six steps (``pipelines.dedup`` runs them in this order, each once the one before is done):
-functions over one input file or one slice of a key space, which read and write ``spill`` records.
+functions over one group of input files or one range of slices of a key space, which read and write ``spill``
+records: one spill file per task, not per input file or slice, so each is opened once by each reading task and
+the files opened grow as tasks², never as input files × slices (``spill.even_ranges`` makes the groups).
 
-1. ``spill_facts`` (per file): its documents' content keys and band records (with the signature), by slice, and
-   its passages' keys (``passages.PassageRule.units``) for step 5, and its ids, by slice;
-2. ``decide_slice`` (per slice): ids checked unique; exact duplicates (rule 1), by the removed one's file; the
-   similar pairs of its band buckets (``near_duplicates.similar_pairs``);
+1. ``spill_facts`` (per file group): its documents' content keys and band records (with the signature), by
+   slice, and its passages' keys (``passages.PassageRule.units``) for step 5, and its ids, by slice;
+2. ``decide_slices`` (per slice range, a slice at a time): ids checked unique; exact duplicates (rule 1), by the
+   removed one's file group; the similar pairs of its band buckets (``near_duplicates.similar_pairs``);
 3. ``resolve_near`` (once): every slice's similar pairs → the near duplicates (rule 2), each removed iff like a
    better document that stays (``near_duplicates.greedy_removals``): memory is the pairs, not the documents;
-4. ``gather_removals`` (per file): one removal per removed document, the best survivor named; its survivors'
-   passages, by slice;
-5. ``drop_shared_passages`` (per slice): shared passages (rule 3, ``passages.PassageRule.shared``), one drop per
-   sentence of each copy that goes, by file;
-6. ``write_file`` (per file): the decisions applied to the file read again; yields removed.jsonl candidates.
+4. ``gather_removals`` (per file group): one removal per removed document, the best survivor named; its
+   survivors' passages, by slice;
+5. ``drop_shared_passages`` (per slice range, a slice at a time): shared passages (rule 3,
+   ``passages.PassageRule.shared``), one drop per sentence of each copy that goes, by file group;
+6. ``write_files`` (per file group, a file at a time): the decisions applied to each file read again; yields
+   removed.jsonl candidates.
 
 Groups are found by sorting Arrow tables (``near_duplicates.first_of_runs``), not by Python dicts: a slice's
-records stay columns, a few bytes each beyond their keys.
+records stay columns, a few bytes each beyond their keys. Every rule sorts its records by total keys, so the
+output depends on neither the slices nor the groups.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 from collections.abc import Iterator
 
@@ -38,8 +43,8 @@ from pipelines.runtime.spill import Spill
 from pipelines.runtime.stage import Counters
 
 __all__ = [
-    "COUNTERS", "RULES", "decide_slice", "drop_shared_passages", "gather_removals", "resolve_near", "spill_facts",
-    "write_file",
+    "COUNTERS", "RULES", "Tasks", "decide_slices", "drop_shared_passages", "gather_removals", "resolve_near",
+    "spill_facts", "write_files",
 ]  # fmt: skip
 
 RULES = ("exact_duplicate", "near_duplicate", "shared_passage")
@@ -90,9 +95,43 @@ def _slice_of(key: np.ndarray, slices: int) -> np.ndarray:
     return (key % np.uint64(slices)).astype(np.int64)
 
 
-def spill_facts(index: int, paths: list[str], spill: Spill, hasher: nd.MinHasher, rule: PassageRule,
-                fraction: float, slices: int) -> Iterator[int]:  # fmt: skip
-    """Input file ``index`` → its documents' content keys and band records, by slice, and its passages' keys."""
+@dataclasses.dataclass(frozen=True)
+class Tasks:
+    """How the steps split their work: ``groups[g]`` the input files of file task g, ``ranges[r]`` the slices of
+    slice task r; ``slices`` parts per key space."""
+
+    groups: list[range]
+    ranges: list[range]
+    slices: int
+
+    def group_of(self, file: np.ndarray) -> np.ndarray:
+        """The file task of each input file index in ``file``."""
+        starts = np.array([g.start for g in self.groups], dtype=np.int64)
+        return np.searchsorted(starts, file, side="right") - 1
+
+
+def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    return pa.concat_tables(tables).combine_chunks() if tables else schema.empty_table()
+
+
+def spill_facts(group: int, paths: list[str], spill: Spill, hasher: nd.MinHasher, rule: PassageRule,
+                fraction: float, tasks: Tasks) -> Iterator[int]:  # fmt: skip
+    """File group ``group`` → its documents' content keys and band records, by slice, and its passages' keys."""
+    facts = [_file_facts(index, paths, hasher, rule, fraction) for index in tasks.groups[group]]
+    for kind, schema, by_slice in (("contents", CONTENTS, "lo"), ("bands", BANDS, "band"), ("ids", IDS, None)):
+        table = _concat([f[kind] for f in facts], schema)
+        if by_slice is None:  # ids slice by their own hash: a repeated id meets its copy wherever it is
+            part = np.array([stable_hash64("id", i) % tasks.slices for i in table.column("id").to_pylist()])
+        else:
+            part = _slice_of(_column(table, by_slice), tasks.slices)
+        spill.write(kind, group, table, part.astype(np.int64), tasks.slices)
+    spill.put("passages", group, _concat([f["passages"] for f in facts], PASSAGES))
+    yield group
+
+
+def _file_facts(index: int, paths: list[str], hasher: nd.MinHasher, rule: PassageRule,
+                fraction: float) -> dict[str, pa.Table]:  # fmt: skip
+    """Input file ``index`` → its documents' content, band, id and passage records."""
     table = files.read_parquet(paths[index], columns=["id", "sentences"])
     ids, docs = table.column("id"), table.column("sentences").to_pylist()
     sides = np.array([0 if is_held_out(doc_id, fraction) else 1 for doc_id in ids.to_pylist()], dtype=np.int8)
@@ -109,17 +148,12 @@ def spill_facts(index: int, paths: list[str], spill: Spill, hasher: nd.MinHasher
     COUNTERS.inc("sentences", sum(map(len, docs)))
     hi, lo = _halves(b"".join(contents))
     file = np.full(len(docs), index, dtype=np.int32)
-    content = pa.table([hi, lo, sides, ids, file], schema=CONTENTS)
-    spill.write("contents", index, content, _slice_of(lo, slices), slices)
     doc = np.repeat(np.arange(len(docs)), np.array(counts, dtype=np.int64))
     band = pa.table([np.array(bands, dtype=np.uint64), sides[doc], ids.take(doc), file[doc], hi[doc], lo[doc],
                      pa.array(signatures, pa.binary()).take(doc)], schema=BANDS)  # fmt: skip
-    spill.write("bands", index, band, _slice_of(_column(band, "band"), slices), slices)
-    id_slice = np.array([stable_hash64("id", doc_id) % slices for doc_id in ids.to_pylist()], dtype=np.int64)
-    spill.write("ids", index, pa.table([ids, file], schema=IDS), id_slice, slices)
-    spill.put("passages", index, _passages(units, sides, ids, index))
     progress.advance()
-    yield index
+    return {"contents": pa.table([hi, lo, sides, ids, file], schema=CONTENTS), "bands": band,
+            "ids": pa.table([ids, file], schema=IDS), "passages": _passages(units, sides, ids, index)}  # fmt: skip
 
 
 def _passages(units: list[tuple[bytes, int, int, int]], sides: np.ndarray, ids: pa.ChunkedArray,
@@ -165,16 +199,24 @@ def _near_pairs(bands: pa.Table, threshold: float) -> pa.Table:
     return pa.table([*columns, [b[0] for _, b in pairs], [b[1] for _, b in pairs]], schema=PAIRS)
 
 
-def decide_slice(part: int, spill: Spill, threshold: float, paths: list[str]) -> Iterator[int]:
-    """Slice ``part`` of ids, content keys and band buckets → a ValueError on a repeated id; exact removals, by
-    the removed one's file; the slice's similar pairs, for ``resolve_near``."""
-    _check_ids(spill.read("ids", part, IDS), paths)
-    contents = _sorted(spill.read("contents", part, CONTENTS), "hi", "lo", "side", "id")
-    exact = _removals(*_all_but_first(contents, "hi", "lo"), 0)
-    spill.write("removals", part, exact, _column(exact, "file"), len(paths))
-    spill.put("pairs", part, _near_pairs(_sorted(spill.read("bands", part, BANDS), "band", "side", "id"), threshold))
-    progress.advance()
-    yield part
+def decide_slices(task: int, spill: Spill, threshold: float, paths: list[str], tasks: Tasks) -> Iterator[int]:
+    """Slice range ``task``, a slice at a time: ids, content keys and band buckets → a ValueError on a repeated
+    id; exact removals, by the removed one's file group; the similar pairs, for ``resolve_near``."""
+    exact, pairs = [], []
+    with (
+        spill.parts("ids", IDS) as ids,
+        spill.parts("contents", CONTENTS) as contents,
+        spill.parts("bands", BANDS) as bands,
+    ):
+        for part in tasks.ranges[task]:
+            _check_ids(ids(part), paths)
+            exact.append(_removals(*_all_but_first(_sorted(contents(part), "hi", "lo", "side", "id"), "hi", "lo"), 0))
+            pairs.append(_near_pairs(_sorted(bands(part), "band", "side", "id"), threshold))
+            progress.advance()
+    removals = _concat(exact, REMOVALS)
+    spill.write("removals", task, removals, tasks.group_of(_column(removals, "file")), len(tasks.groups))
+    spill.put("pairs", task, _concat(pairs, PAIRS))
+    yield task
 
 
 def resolve_near(step: int, spill: Spill) -> Iterator[int]:
@@ -209,25 +251,37 @@ def _follow(exact: pa.Table, near: pa.Table) -> pa.Table:
     return pa.table(columns, schema=REMOVALS)
 
 
-def gather_removals(index: int, spill: Spill, slices: int) -> Iterator[int]:
-    """Input file ``index``'s exact removals and its share of the near ones → one per removed document (a
+def gather_removals(group: int, spill: Spill, tasks: Tasks) -> Iterator[int]:
+    """File group ``group``'s exact removals and its share of the near ones → one per removed document (a
     survivor named), sorted by id; its survivors' passages → the passage slices."""
     near = spill.get("near", 0, REMOVALS)
-    exact = _follow(spill.read("removals", index, REMOVALS), near)
-    mine = near.filter(pc.equal(near.column("file"), pa.scalar(index, I32)))
+    exact = _follow(spill.read("removals", group, REMOVALS), near)
+    files_here = pa.array(list(tasks.groups[group]), I32)
+    mine = near.filter(pc.is_in(near.column("file"), value_set=files_here))
     removed = _sorted(pa.concat_tables([exact, mine]).combine_chunks(), "id")  # a document is in one or the other
-    spill.put("removed", index, removed)
-    passages = spill.get("passages", index, PASSAGES)
+    spill.put("removed", group, removed)
+    passages = spill.get("passages", group, PASSAGES)
     kept = passages.filter(pc.invert(pc.is_in(passages.column("id"), value_set=removed.column("id"))))
-    spill.write("occurrences", index, kept, _slice_of(_column(kept, "lo"), slices), slices)
-    progress.advance()
-    yield index
+    spill.write("occurrences", group, kept, _slice_of(_column(kept, "lo"), tasks.slices), tasks.slices)
+    progress.advance(len(tasks.groups[group]))
+    yield group
 
 
-def drop_shared_passages(part: int, spill: Spill, rule: PassageRule, num_files: int) -> Iterator[int]:
-    """Slice ``part`` of surviving passages → a drop per sentence of each shared passage's copies that go
-    (``PassageRule.shared``), naming the document that keeps it."""
-    found = _sorted(spill.read("occurrences", part, PASSAGES), "hi", "lo", "side", "id", "position")
+def drop_shared_passages(task: int, spill: Spill, rule: PassageRule, tasks: Tasks) -> Iterator[int]:
+    """Slice range ``task`` of surviving passages, a slice at a time → a drop per sentence of each shared
+    passage's copies that go (``PassageRule.shared``), naming the document that keeps it, by file group."""
+    drops = []
+    with spill.parts("occurrences", PASSAGES) as occurrences:
+        for part in tasks.ranges[task]:
+            drops.append(_drops(_sorted(occurrences(part), "hi", "lo", "side", "id", "position"), rule))
+            progress.advance()
+    table = _concat(drops, DROPS)
+    spill.write("drops", task, table, tasks.group_of(_column(table, "file")), len(tasks.groups))
+    yield task
+
+
+def _drops(found: pa.Table, rule: PassageRule) -> pa.Table:
+    """A slice's passages, sorted by key then priority → one drop per sentence of each shared copy that goes."""
     side, ids = _column(found, "side"), found.column("id")
     gone, kept = rule.shared(_column(found, "hi"), _column(found, "lo"), side, ids.to_numpy(zero_copy_only=False))
     span = _column(found, "span")[gone]
@@ -235,10 +289,7 @@ def drop_shared_passages(part: int, spill: Spill, rule: PassageRule, num_files: 
     offset = np.arange(len(rows)) - np.repeat(np.cumsum(span) - span, span)
     position = (_column(found, "position")[rows] + offset).astype(np.int32)
     columns = [ids.take(rows), position, side[kept], ids.take(kept), _column(found, "file")[rows]]
-    drops = pa.table(columns, schema=DROPS)
-    spill.write("drops", part, drops, _column(drops, "file"), num_files)
-    progress.advance()
-    yield part
+    return pa.table(columns, schema=DROPS)
 
 
 def _sample(rule: str, doc_id: str, kept_id: str, text: str, position: int | None = None) -> tuple:
@@ -265,20 +316,22 @@ def _apply(row: dict, removal: tuple | None, dropped: dict[int, str], fraction: 
     return {**row, "sentences": sentences}, samples
 
 
-def write_file(index: int, paths: list[str], spill: Spill, output: str, fraction: float) -> Iterator[tuple]:
-    """Input file ``index`` and the decisions about its documents → its survivors written; yields sample
-    candidates. A file whose documents all go is written too, with no rows."""
-    removed = spill.get("removed", index, REMOVALS).to_pylist()
+def write_files(group: int, paths: list[str], spill: Spill, output: str, fraction: float,
+                tasks: Tasks) -> Iterator[tuple]:  # fmt: skip
+    """File group ``group`` and the decisions about its documents → each file's survivors written, a file at a
+    time; yields sample candidates. A file whose documents all go is written too, with no rows."""
+    removed = spill.get("removed", group, REMOVALS).to_pylist()
     removals = {row["id"]: (RULES[row["rule"]], row["kept_id"]) for row in removed}
     dropped = collections.defaultdict(dict)
     # A sentence in several shared passages is dropped once, naming the best document that keeps one of them.
-    for row in _sorted(spill.read("drops", index, DROPS), "id", "position", "kept_side", "kept_id").to_pylist():
+    for row in _sorted(spill.read("drops", group, DROPS), "id", "position", "kept_side", "kept_id").to_pylist():
         dropped[row["id"]].setdefault(row["position"], row["kept_id"])
-    rows = []
-    for row in files.read_parquet(paths[index]).to_pylist():
-        kept, samples = _apply(row, removals.get(row["id"]), dropped.get(row["id"], {}), fraction)
-        rows += [kept] if kept else []
-        yield from samples
-    out = files.join(output, file_name("sentences", index, len(paths)))
-    files.write_parquet_atomically(out, documents.table_from_rows(rows, SENTENCES_SCHEMA))
-    progress.advance()
+    for index in tasks.groups[group]:
+        rows = []
+        for row in files.read_parquet(paths[index]).to_pylist():
+            kept, samples = _apply(row, removals.get(row["id"]), dropped.get(row["id"], {}), fraction)
+            rows += [kept] if kept else []
+            yield from samples
+        out = files.join(output, file_name("sentences", index, len(paths)))
+        files.write_parquet_atomically(out, documents.table_from_rows(rows, SENTENCES_SCHEMA))
+        progress.advance()
