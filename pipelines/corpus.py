@@ -39,19 +39,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 
 from pipelines.algorithms.hashes import stable_hash64
 from pipelines.contracts.documents import (
-    DOCUMENT_SCHEMA,
     STATS,
-    file_index,
-    file_name,
-    files_for_bytes,
     outputs,
-    table_from_rows,
 )
 from pipelines.readers import pydocs
 from pipelines.readers.labels import check_label_field, require_labels, tasks_label_field
@@ -68,11 +64,13 @@ from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
 from pipelines.runtime.options import MB, parse_stage_args
 from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.spill import Spill, ThenEach, even_ranges
 from pipelines.runtime.stage import Counted, Counters, Smallest, run_and_count
+from pipelines.steps import corpus as steps
 
 __all__ = [
     "CorpusConfig",
-    "ReadDocuments",
+    "SpillDocuments",
     "WriteDocumentFiles",
     "run",
 ]
@@ -131,17 +129,23 @@ class CorpusConfig:
 
 
 class _ReadFile(beam.DoFn):
-    """Reads one input file into documents; owns the counters of files and documents skipped."""
+    """Reads one input file into spilled documents; owns the counters of files and documents skipped."""
 
     COUNTERS = Counters(
         "corpus.read", "input_files", "empty_files", "empty_documents", "labelled_documents", "unlabelled_documents"
     )
 
-    def __init__(self, text_field: str, bounds: dict[str, float], label_field: str | None = None):
+    def __init__(self, text_field: str, bounds: dict[str, float], label_field: str | None, spill: Spill):
         self._text_field, self._label_field = text_field, label_field
         self._bounds = bounds  # read_records' max_line_mb, max_expansion and max_document_mb
+        self._spill = spill
 
-    def process(self, source: Source) -> Iterator[dict]:
+    def process(self, element: tuple[int, Source]) -> Iterator[int]:
+        """Input file ``index`` → its documents, spilled as source ``index``; yields their text bytes."""
+        index, source = element
+        yield steps.spill_documents(self._documents(source), self._spill, index)
+
+    def _documents(self, source: Source) -> Iterator[dict]:
         self.COUNTERS.inc("input_files")
         produced = 0
         read = read_records(source, self._text_field, **self._bounds, label_field=self._label_field)
@@ -208,79 +212,52 @@ def _each(items: list) -> list:
     return items
 
 
-class ReadDocuments(beam.PTransform):
-    """Reads the configured inputs (or the embedded default) into document dicts of ``DOCUMENT_SCHEMA``.
+class SpillDocuments(beam.PTransform):
+    """Reads the configured inputs (or the embedded default) into spill files of documents (``DOCUMENT_SCHEMA``),
+    one per input file (one for the embedded default), and yields each one's text bytes.
 
     Input files are matched when the transform is applied, so a missing path fails before the pipeline runs;
-    then ``versions`` holds the version of each embedded library read, by name (empty for input files), and
-    ``files`` the number of input or source files to read.
+    then ``versions`` holds the version of each embedded library read, by name (empty for input files), ``files``
+    the number of input or source files to read, ``sources`` the spill files and ``input_bytes`` the inputs' size.
     """
 
-    def __init__(self, config: CorpusConfig):
+    def __init__(self, config: CorpusConfig, spill: Spill):
         super().__init__()
-        self._config = config
+        self._config, self._spill = config, spill
         self.versions: dict[str, str] = {}
-        self.files = 0
+        self.files = self.sources = self.input_bytes = 0
         self.first_file = ""  # the first input file, by name: the one a refusal of the whole input names
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        config = self._config
+        config, spill = self._config, self._spill
         if config.inputs:
             planned = plan_sources(config.inputs, config.format)
-            self.files, self.first_file = len(planned), planned[0].path if planned else ""
+            self.files = self.sources = len(planned)
+            self.first_file = planned[0].path if planned else ""
+            self.input_bytes = sum(source.size for source in planned)
             bounds = {name: getattr(config, name) for name in ("max_line_mb", "max_expansion", "max_document_mb")}
-            read = _ReadFile(config.text_field, bounds, config.label_field)
+            read = _ReadFile(config.text_field, bounds, config.label_field, spill)
             return (
                 pbegin
-                | "ListFiles" >> beam.Create(planned)
+                | "ListFiles" >> beam.Create(list(enumerate(planned)))
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadFiles" >> Counted(beam.ParDo(read))
             )
         sources = pydocs.embedded_sources(config.embedded_sources, config.embedded_packages)
         self.versions = {library: pydocs.library_version(library) for library in sorted({lib for lib, _ in sources})}
-        self.files = len(sources)
+        self.files, self.sources = len(sources), 1
         return (
             pbegin
             | "ListEmbeddedSources" >> beam.Create(sources)
             | "SpreadSources" >> beam.Reshuffle()
             | "ParseDocstrings" >> Counted(beam.ParDo(_ParseEmbeddedSource(config.embedded_min_chars, self.versions)))
             | "KeepSpreadSubset" >> Smallest(config.embedded_max_documents, key=_selection_key)
-            | "Unlist" >> beam.FlatMap(_each)
+            | "SpillSubset" >> beam.Map(steps.spill_documents, spill, 0)  # a bounded list: the cap
         )
 
 
-def _text_bytes(document: dict) -> int:
-    return len(document["text"].encode("utf-8"))
-
-
-JOIN_SHARDS = 1024  # groups of documents that each receive the bucket count: ~1/1024 of the corpus in memory
-
-
-def _key_by_shard(document: dict) -> tuple[int, dict]:
-    return file_index(document["id"], JOIN_SHARDS), document
-
-
-def _to_every_shard(num_buckets: int) -> Iterator[tuple[int, int]]:
-    for shard in range(JOIN_SHARDS):
-        yield shard, num_buckets
-
-
-def _key_by_bucket(joined: tuple[int, dict[str, list]]) -> Iterator[tuple[int, dict]]:
-    _, grouped = joined
-    for num_buckets in grouped["num_buckets"]:  # exactly one
-        for document in grouped["documents"]:
-            yield file_index(document["id"], num_buckets), document
-
-
-def _file_numbers(buckets: list[int]) -> Iterator[tuple[int, tuple[int, int]]]:
-    """Yields (bucket, (i, n)): the buckets that hold documents are files i of n, in bucket order."""
-    ordered = sorted(buckets)
-    for i, bucket in enumerate(ordered):
-        yield bucket, (i, len(ordered))
-
-
-class _WriteFile(beam.DoFn):
-    """Writes the documents of one bucket as ``documents-i-of-n.parquet``; owns the counters of what was written.
+class _WriteFiles(beam.DoFn):
+    """Writes one write task's buckets as ``documents-i-of-n.parquet`` files; owns the counters of what was written.
 
     Only buckets that hold documents become files: file i is the i-th of them in bucket order and n their
     count, so no file is empty (one large document used to leave all but one of n files empty) and the names
@@ -289,52 +266,46 @@ class _WriteFile(beam.DoFn):
 
     COUNTERS = Counters("corpus.write", "documents", "document_bytes")
 
-    def __init__(self, output: str):
-        self._output = output
+    def __init__(self, output: str, spill: Spill):
+        self._output, self._spill = output, spill
 
-    def process(self, element: tuple[int, dict[str, list]]) -> Iterator[str]:
-        _, grouped = element
-        rows, ((index, num_files),) = grouped["documents"], grouped["file"]
-        self.COUNTERS.inc("documents", len(rows))
-        self.COUNTERS.inc("document_bytes", sum(map(_text_bytes, rows)))
-        path = files.join(self._output, file_name("documents", index, num_files))
-        files.write_parquet_atomically(path, table_from_rows(rows, DOCUMENT_SCHEMA))
-        yield path
+    def process(self, part: int) -> Iterator[str]:
+        for path, documents, text_bytes in steps.write_part(part, self._spill, self._output):
+            self.COUNTERS.inc("documents", documents)
+            self.COUNTERS.inc("document_bytes", text_bytes)
+            yield path
+
+
+def _union(lists: Iterable[list[int]]) -> list[int]:
+    return sorted({item for items in lists for item in items})
 
 
 class WriteDocumentFiles(beam.PTransform):
-    """Writes documents to Parquet files by id hash (n buckets, n from their total text bytes); yields the paths.
+    """Each spilled source's text bytes → its documents written to Parquet files by id hash (n buckets, n from
+    their total text bytes); yields the paths.
 
-    The two global values, n and each file's number, reach the documents through joins (``CoGroupByKey``), not
-    side inputs, which the Dask runner gets wrong (``pipelines.runtime.stage``): n goes to each of ``JOIN_SHARDS``
-    groups of documents, a file's number to its bucket's group.
+    Through ``spill`` files (``steps.corpus``), in steps that each start once the one before is done: n is
+    planned, ``groups`` of spilled sources are split by write task, the files are numbered, and each of ``tasks``
+    write tasks writes its range of buckets. A worker holds one chunk or one task's range, never the corpus.
     """
 
-    def __init__(self, output: str):
+    def __init__(self, output: str, spill: Spill, sources: int, tasks: int):
         super().__init__()
-        self._output = output
+        self._output, self._spill, self._tasks = output, spill, tasks
+        self._groups = even_ranges(sources, tasks)
 
-    def expand(self, documents: beam.PCollection) -> beam.PCollection:
-        num_buckets = (
-            documents
-            | "TextBytes" >> beam.Map(_text_bytes)
-            | "TotalBytes" >> beam.CombineGlobally(sum).without_defaults()
-            | "NumBuckets" >> beam.Map(files_for_bytes)
-            | "ToEveryShard" >> beam.FlatMap(_to_every_shard)
-        )
-        sharded = {"documents": documents | "KeyByShard" >> beam.Map(_key_by_shard), "num_buckets": num_buckets}
-        keyed = sharded | "JoinNumBuckets" >> beam.CoGroupByKey() | "KeyByBucket" >> beam.FlatMap(_key_by_bucket)
-        numbers = (
-            keyed
-            | "Buckets" >> beam.Keys()
-            | "DistinctBuckets" >> beam.Distinct()
-            | "ListBuckets" >> beam.combiners.ToList().without_defaults()
-            | "NumberFiles" >> beam.FlatMap(_file_numbers)
-        )
+    def expand(self, sizes: beam.PCollection) -> beam.PCollection:
+        spill, groups, tasks = self._spill, self._groups, self._tasks
         return (
-            {"documents": keyed, "file": numbers}
-            | "GroupByBucket" >> beam.CoGroupByKey()
-            | "WriteFiles" >> Counted(beam.ParDo(_WriteFile(self._output)))
+            sizes
+            | "TotalBytes" >> beam.CombineGlobally(sum).without_defaults()
+            | "PlanBuckets" >> beam.Map(steps.plan_buckets, spill)
+            | "ThenEachGroup" >> ThenEach(len(groups))
+            | "SplitByTask" >> beam.FlatMap(steps.split_group, spill, groups, tasks)
+            | "ListBuckets" >> beam.CombineGlobally(_union).without_defaults()
+            | "NumberFiles" >> beam.Map(steps.number_files, spill)
+            | "ThenEachTask" >> ThenEach(tasks)
+            | "WriteFiles" >> Counted(beam.ParDo(_WriteFiles(self._output, spill)))
         )
 
 
@@ -346,6 +317,11 @@ def _require_text(config: CorpusConfig, counters: dict) -> None:
     read = counters["input_files"] if config.inputs else counters["source_files"]
     raise ValueError(f"{where}: no text: every document in its {read} file(s) is empty; give inputs that hold text")
 
+
+SPILL = ".tmp-spill"  # the documents between the steps; the stage deletes it whether it fails or not
+# Write tasks: one per TASK_MB of input files, at least MIN_TASKS (the embedded default's size is known only once
+# read): a write task holds its range of buckets, ~TASK_MB of documents, so memory stays flat as inputs grow.
+TASK_MB, MIN_TASKS = 64, 8
 
 # Single-core seconds per MB of input files, in-process, measured on a JSON Lines copy of the embedded default.
 # Sizes Beam's local runner.
@@ -375,13 +351,20 @@ def run(argv: list[str] | None = None) -> dict:
         config = dataclasses.replace(config, label_field=tasks_label_field(args.params_file))
     output = args.paths["output"]
     check_outputs(args.paths, {"output": [STATS, *outputs("documents")]}, {"inputs": config.inputs})
+    spill = Spill(files.join(output, SPILL))
+    spill.delete()  # an earlier run's, killed before it could
     with owning_outputs(output, STATS, outputs("documents")):
         pipeline = beam.Pipeline(options=args.beam)
-        reader = ReadDocuments(config)
-        _ = pipeline | "ReadDocuments" >> reader | "WriteDocuments" >> WriteDocumentFiles(output)
+        reader = SpillDocuments(config, spill)
+        sizes = pipeline | "ReadDocuments" >> reader
+        tasks = max(MIN_TASKS, math.ceil(reader.input_bytes / (TASK_MB * MB)))
+        _ = sizes | "WriteDocuments" >> WriteDocumentFiles(output, spill, reader.sources, tasks)
         read = _ReadFile if config.inputs else _ParseEmbeddedSource
         with progress.shown("corpus", reader.files, "files", args.beam):
-            counters = run_and_count(pipeline, output, read.COUNTERS, _WriteFile.COUNTERS)
+            try:
+                counters = run_and_count(pipeline, output, read.COUNTERS, _WriteFiles.COUNTERS)
+            finally:
+                spill.delete()
         _require_text(config, counters)
         if config.inputs and config.label_field:
             require_labels(

@@ -48,17 +48,27 @@ class Spill:
     def write(self, kind: str, source: int, table: pa.Table, part: np.ndarray, parts: int) -> None:
         """Writes ``source``'s rows as ``parts`` batches, batch p holding the rows whose ``part`` is p (in table
         order): one file per source, whatever the number of parts."""
-        order = np.argsort(part, kind="stable")
-        counts = np.bincount(part, minlength=parts)
-        if len(counts) > parts:
-            raise ValueError(f"{kind}: part {len(counts) - 1} of {parts} parts")
-        ordered = table.take(pa.array(order)).combine_chunks().to_batches()
-        rows = ordered[0] if ordered else pa.RecordBatch.from_pylist([], schema=table.schema)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, table.schema) as writer:
-            for start, count in zip(np.cumsum(counts) - counts, counts, strict=True):
-                writer.write_batch(rows.slice(int(start), int(count)))
-        files.write_bytes_atomically(self._path(kind, source), sink.getvalue().to_pybytes())
+        with self.writer(kind, source, table.schema, parts) as add:
+            add(table, part)
+
+    @contextlib.contextmanager
+    def writer(self, kind: str, source: int, schema: pa.Schema, parts: int = 1) -> Iterator[Callable[..., None]]:
+        """Streams ``source``'s file: yields ``add(table, part=None)``, which appends ``table``'s rows as
+        ``parts`` batches (batch p of a chunk holding the rows whose ``part`` is p, in table order; no ``part``:
+        every row in part 0), so a writer holds one chunk at a time. The file appears whole when the block ends."""
+        with files.open_atomically(self._path(kind, source)) as f, pa.ipc.new_file(f, _with_parts(schema, parts)) as w:
+
+            def add(table: pa.Table, part: np.ndarray | None = None) -> None:
+                part = np.zeros(table.num_rows, dtype=np.int64) if part is None else part
+                counts = np.bincount(part, minlength=parts)
+                if len(counts) > parts:
+                    raise ValueError(f"{kind}: part {len(counts) - 1} of {parts} parts")
+                ordered = table.take(pa.array(np.argsort(part, kind="stable"))).combine_chunks().to_batches()
+                rows = ordered[0] if ordered else pa.RecordBatch.from_pylist([], schema=schema)
+                for start, count in zip(np.cumsum(counts) - counts, counts, strict=True):
+                    w.write_batch(rows.slice(int(start), int(count)).replace_schema_metadata(None))
+
+            yield add
 
     def read(self, kind: str, part: int, schema: pa.Schema) -> pa.Table:
         """Returns every source's rows of ``part``, in source order; reads only that batch of each file."""
@@ -77,7 +87,21 @@ class Spill:
             for path in sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list):
                 f = stack.enter_context(FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED))
                 readers.append(pa.ipc.open_file(pa.PythonFile(f, mode="r")))
-            yield lambda part: pa.Table.from_batches([r.get_batch(part) for r in readers], schema).combine_chunks()
+
+            def read_part(part: int) -> pa.Table:
+                batches = [r.get_batch(i) for r in readers for i in range(part, r.num_record_batches, _parts(r))]
+                return pa.Table.from_batches(batches, schema).combine_chunks()
+
+            yield read_part
+
+    def chunks(self, kind: str, source: int, schema: pa.Schema) -> Iterator[pa.Table]:
+        """Yields ``source``'s file of ``kind`` a chunk (one ``add`` of its ``writer``) at a time, every part."""
+        with FileSystems.open(self._path(kind, source), compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            reader = pa.ipc.open_file(pa.PythonFile(f, mode="r"))
+            parts = _parts(reader)
+            for start in range(0, reader.num_record_batches, parts):
+                batches = [reader.get_batch(i) for i in range(start, start + parts)]
+                yield pa.Table.from_batches(batches, schema).combine_chunks()
 
     def put(self, kind: str, index: int, table: pa.Table) -> None:
         """Writes ``table`` whole, for the step that reads it back by ``index``."""
@@ -96,6 +120,15 @@ class Spill:
         """Returns the table ``put`` under ``index``."""
         with FileSystems.open(self._path(kind, index), compression_type=CompressionTypes.UNCOMPRESSED) as f:
             return pa.Table.from_batches([pa.ipc.open_file(pa.PythonFile(f, mode="r")).get_batch(0)], schema)
+
+
+def _with_parts(schema: pa.Schema, parts: int) -> pa.Schema:
+    return schema.with_metadata({**(schema.metadata or {}), b"spill_parts": str(parts).encode()})
+
+
+def _parts(reader: pa.ipc.RecordBatchFileReader) -> int:
+    """The parts per chunk of a spill file: its batches are chunk after chunk, each ``parts`` batches long."""
+    return int((reader.schema.metadata or {}).get(b"spill_parts", b"1"))
 
 
 def even_ranges(count: int, tasks: int) -> list[range]:
