@@ -20,27 +20,28 @@ how far that holds, so a regression shows in ``dvc metrics diff``:
   the training shards (the ``document_id`` column of ``--shards``' training split); ``held_out_in_training``
   counts training-shard documents that the split holds out. Both should be 0.
 
-Every count is exact (no sampling); the sentences are grouped by their text, so no worker holds the corpus.
+Every count is exact (no sampling; sentences are told apart by a 128-bit hash of their text); the occurrences
+are grouped through spill files a slice of keys at a time (``steps.leakage``), so no worker holds the corpus.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Iterable
 
 import apache_beam as beam
-import pyarrow as pa
 
-from pipelines.algorithms.passages import word_count
-from pipelines.algorithms.splits import HELD_OUT, HeldOutSplit, is_held_out
+from pipelines.algorithms.splits import HELD_OUT, HeldOutSplit
 from pipelines.contracts.documents import STATS, finished_files, read_split_stats, read_stats
 from pipelines.contracts.manifest import Manifest
 from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
 from pipelines.runtime.options import input_mb, parse_stage_args
 from pipelines.runtime.outputs import check_outputs, owning_outputs
+from pipelines.runtime.spill import Spill, ThenEach, even_ranges
 from pipelines.runtime.stage import Counted, Counters, run_and_count_each
+from pipelines.steps import leakage as steps
 
 __all__ = ["CountSentenceLeakage", "CountTaskLeakage", "LeakageConfig", "run"]
 
@@ -48,6 +49,10 @@ METRICS = "metrics.json"
 # Single-core seconds per MB of sentence files, in-process: reading them and grouping every sentence by its text.
 # Sizes Beam's local runner.
 CPU_S_PER_MB = 1.0
+SPILL = ".tmp-spill"  # the records between the steps; the stage deletes it whether it fails or not
+# A task per TASK_MB of sentence files (at least MIN_TASKS), a slice of keys per SLICE_MB: a worker holds one
+# file's records or one slice's (~25 bytes per sentence), however large the corpus.
+TASK_MB, SLICE_MB, MIN_TASKS = 64, 16, 8
 COUNTS = ("held_out_sentences", "seen_in_training", "held_out_chars", "seen_chars")
 # Every sentence (all_*), then the sentences of at least the dedup stage's passage_words words (passage_*).
 SENTENCE_COUNTS = tuple(f"{kind}_{count}" for kind in ("all", "passage") for count in COUNTS)
@@ -58,101 +63,86 @@ class LeakageConfig(HeldOutSplit):
     """The leakage stage's one knob: the split it checks (the top-level param every stage shares)."""
 
 
-def _sentence_sides(path: str, fraction: float) -> Iterator[tuple[str, tuple[int, int]]]:
-    """Yields (sentence, (occurrences in held-out documents, in training documents)) for one sentences file."""
-    table = files.read_parquet(path, columns=["id", "sentences"])
-    columns = table.column("id").to_pylist(), table.column("sentences").to_pylist()
-    for document_id, sentences in zip(*columns, strict=True):
-        side = (1, 0) if is_held_out(document_id, fraction) else (0, 1)
-        for sentence in sentences:
-            yield sentence, side
-    progress.advance()
-
-
-def _leaked(element: tuple[str, tuple[int, int]], min_words: int) -> tuple[int, ...]:
-    """One sentence's (held-out occurrences, of them seen in training, their chars, seen chars), twice: for every
-    sentence, then again if it has ``min_words`` words or more (else zeros)."""
-    sentence, (held_out, training) = element
-    seen = held_out if training else 0
-    counts = (held_out, seen, held_out * len(sentence), seen * len(sentence))
-    return counts + (counts if word_count(sentence) >= min_words else (0, 0, 0, 0))
-
-
 def _sum_columns(rows: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(sum(column) for column in zip(*rows, strict=True))
 
 
-class CountSentenceLeakage(beam.PTransform):
-    """Sentences file paths → nothing; counts (``counters``) held-out sentence occurrences seen in training, of all
-    sentences and of those of ``min_words`` words or more."""
+def _sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for name, value in count.items():
+            total[name] = total.get(name, 0) + value
+    return total
 
-    def __init__(self, fraction: float, min_words: int, counters: Counters):
+
+def _plan(megabytes: float, sources: int) -> tuple[list[range], list[range], int]:
+    """Groups of ``sources`` and ranges of slices for ``megabytes`` of input: a task per ``TASK_MB`` (at least
+    ``MIN_TASKS``), a slice per ``SLICE_MB``."""
+    slices = max(1, math.ceil(megabytes / SLICE_MB))
+    tasks = max(MIN_TASKS, math.ceil(megabytes / TASK_MB))
+    return even_ranges(sources, tasks), even_ranges(slices, tasks), slices
+
+
+class CountSentenceLeakage(beam.PTransform):
+    """The pipeline's root → nothing; counts (``counters``) the held-out sentence occurrences of the sentences
+    files ``paths`` seen in training, of all sentences and of those of ``min_words`` words or more. Through
+    ``spill`` (``steps.leakage``), so no worker holds the corpus's sentences."""
+
+    def __init__(self, paths: list[str], megabytes: float, fraction: float, min_words: int, counters: Counters,
+                 spill: Spill) -> None:  # fmt: skip
         super().__init__()
-        self._fraction, self._min_words, self._counters = fraction, min_words, counters
+        self._paths, self._fraction, self._min_words, self._counters = paths, fraction, min_words, counters
+        self._spill, (self._groups, self._ranges, self._slices) = spill, _plan(megabytes, len(paths))
 
     def _count(self, totals: tuple[int, ...]) -> None:
         for name, value in zip(SENTENCE_COUNTS, totals, strict=True):
             self._counters.inc(name, value)
 
-    def expand(self, paths: beam.PCollection) -> beam.PCollection:
+    def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
+        kind, spill, groups, ranges = self._counters.namespace, self._spill, self._groups, self._ranges
+        spilled = beam.FlatMap(steps.spill_sentences, kind, self._paths, groups, spill, self._fraction,
+                               self._min_words, self._slices)  # fmt: skip
         return (
-            paths
+            root
+            | "EachFileGroup" >> beam.Create(range(len(groups)))
             | "SpreadFiles" >> beam.Reshuffle()
-            | "SentenceSides" >> beam.FlatMap(_sentence_sides, self._fraction)
-            | "SumPerSentence" >> beam.CombinePerKey(_sum_columns)
-            | "Leaked" >> beam.Map(_leaked, self._min_words)
+            | "SpillSentences" >> spilled
+            | "ThenEachSliceRange" >> ThenEach(len(ranges))
+            | "CountSlices" >> beam.FlatMap(steps.count_sentences, kind, ranges, spill)
             | "SumAll" >> beam.CombineGlobally(_sum_columns).without_defaults()
             | "Count" >> Counted(beam.Map(self._count))
         )
 
 
-def _training_documents(path: str) -> Iterator[tuple[str, str]]:
-    """Yields (document id, "train") once per document of one training shard."""
-    ids = pa.ipc.open_file(pa.BufferReader(files.read_bytes(path))).read_all().column("document_id")
-    for document_id in sorted(set(ids.to_pylist())):
-        yield document_id, "train"
-
-
-def _task_documents(path: str, task: str, split: str) -> Iterator[tuple[str, str]]:
-    """Yields (document id, "task/split") once per document a task file's examples come from."""
-    text = files.read_bytes(path).decode("utf-8")
-    if path.endswith(".json"):  # SQuAD's layout: a question's id is its document's id
-        data = json.loads(text)["data"]
-        ids = {q["id"] for a in data for p in a["paragraphs"] for q in p["qas"]}
-    else:
-        ids = {json.loads(line)["id"] for line in text.splitlines()}
-    for document_id in sorted(ids):
-        yield document_id, f"{task}/{split}"
-
-
 class CountTaskLeakage(beam.PTransform):
-    """(training shard paths, task files) → nothing; counts each held-out split's documents found in training."""
+    """The pipeline's root → nothing; counts each held-out task split's documents found in the training shards
+    ``shard_paths``, and the training documents that the split holds out. Through ``spill``, by slice of ids."""
 
-    def __init__(self, task_files: list[tuple[str, str, str]], fraction: float, counters: Counters):
+    def __init__(self, shard_paths: list[str], megabytes: float, task_files: list[tuple[str, str, str]],
+                 fraction: float, counters: Counters, spill: Spill) -> None:  # fmt: skip
         super().__init__()
-        self._task_files, self._fraction, self._counters = task_files, fraction, counters
+        self._shard_paths, self._task_files, self._fraction = shard_paths, task_files, fraction
+        self._counters, self._spill = counters, spill
+        self._groups, self._ranges, self._slices = _plan(megabytes, len(shard_paths))
 
-    def _count(self, element: tuple[str, Iterable[str]]) -> None:
-        document_id, places = element
-        places = set(places)
-        trained = "train" in places
-        if trained and is_held_out(document_id, self._fraction):
-            self._counters.inc("held_out_in_training")
-        for place in places - {"train"}:
-            self._counters.inc(f"{place}/documents")
-            self._counters.inc(f"{place}/in_training_shards", int(trained))
+    def _count(self, counts: dict[str, int]) -> None:
+        self._counters.inc("held_out_in_training", counts.get("held_out_in_training", 0))
+        for k, (_, task, split) in enumerate(self._task_files, start=1):
+            for name in ("documents", "in_training_shards"):
+                self._counters.inc(f"{task}/{split}/{name}", counts.get(f"{k}/{name}", 0))
 
-    def expand(self, shard_paths: beam.PCollection) -> beam.PCollection:
-        tasks = (
-            shard_paths.pipeline
-            | "ListTaskFiles" >> beam.Create(self._task_files)
-            | "TaskDocuments" >> beam.FlatMap(lambda f: _task_documents(*f))
-        )
-        trained = shard_paths | "TrainingDocuments" >> beam.FlatMap(_training_documents)
+    def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
+        spill, groups, ranges = self._spill, self._groups, self._ranges
+        task_paths = [path for path, _, _ in self._task_files]
+        spilled = beam.FlatMap(steps.spill_documents, groups, self._shard_paths, task_paths, spill, self._slices)
         return (
-            (trained, tasks)
-            | "AllDocuments" >> beam.Flatten()
-            | "GroupByDocument" >> beam.GroupByKey()
+            root
+            | "EachShardGroupAndTheTasks" >> beam.Create(range(len(groups) + 1))
+            | "SpreadShards" >> beam.Reshuffle()
+            | "SpillDocuments" >> spilled
+            | "ThenEachSliceRange" >> ThenEach(len(ranges))
+            | "CountSlices" >> beam.FlatMap(steps.count_documents, ranges, spill, self._fraction)
+            | "SumAll" >> beam.CombineGlobally(_sum_counts).without_defaults()
             | "Count" >> Counted(beam.Map(self._count))
         )
 
@@ -223,21 +213,20 @@ def run(argv: list[str] | None = None) -> dict:
     task_counts = [f"{t}/{s}/{k}" for _, t, s in task_files for k in ("documents", "in_training_shards")]
     counters = [Counters(name, *SENTENCE_COUNTS) for name in folders]
     counters.append(Counters("tasks", "held_out_in_training", *task_counts))
+    spill = Spill(files.join(p["output"], SPILL))
+    spill.delete()  # an earlier run's, killed before it could
     with owning_outputs(p["output"], METRICS, []):
         pipeline = beam.Pipeline(options=args.beam)
         for (name, paths_of), counted in zip(inputs.items(), counters, strict=False):
-            _ = (
-                pipeline
-                | f"List{name}" >> beam.Create(paths_of)
-                | f"Count{name}" >> CountSentenceLeakage(fraction, min_words, counted)
-            )
-        _ = (
-            pipeline
-            | "ListTrainingShards" >> beam.Create(shard_paths)
-            | "CountTaskLeakage" >> CountTaskLeakage(task_files, fraction, counters[-1])
-        )
+            count = CountSentenceLeakage(paths_of, input_mb(folders[name]), fraction, min_words, counted, spill)
+            _ = pipeline | f"Count{name}" >> count
+        count = CountTaskLeakage(shard_paths, input_mb(p["sentences"]), task_files, fraction, counters[-1], spill)
+        _ = pipeline | "CountTaskLeakage" >> count
         with progress.shown("leakage", sum(map(len, inputs.values())), "files", args.beam):
-            *sentence_counts, tasks = run_and_count_each(pipeline, p["output"], *counters)
+            try:
+                *sentence_counts, tasks = run_and_count_each(pipeline, p["output"], *counters)
+            finally:
+                spill.delete()
         metrics = {name: _shares(c, min_words) for name, c in zip(folders, sentence_counts, strict=True)}
         metrics |= {"tasks": _task_table(tasks, task_files), "held_out_in_training": tasks["held_out_in_training"]}
         metrics["held_out_fraction"] = fraction
