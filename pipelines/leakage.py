@@ -40,7 +40,7 @@ from pipelines.runtime.commands import main
 from pipelines.runtime.options import input_mb, parse_stage_args
 from pipelines.runtime.outputs import check_outputs, owning_outputs
 from pipelines.runtime.spill import Spill, ThenEach, even_ranges
-from pipelines.runtime.stage import Counted, Counters, run_and_count_each
+from pipelines.runtime.stage import Counted, Counters, run_and_count_each, sum_counts
 from pipelines.steps import leakage as steps
 
 __all__ = ["CountSentenceLeakage", "CountTaskLeakage", "LeakageConfig", "run"]
@@ -65,14 +65,6 @@ class LeakageConfig(HeldOutSplit):
 
 def _sum_columns(rows: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(sum(column) for column in zip(*rows, strict=True))
-
-
-def _sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for count in counts:
-        for name, value in count.items():
-            total[name] = total.get(name, 0) + value
-    return total
 
 
 def _plan(megabytes: float, sources: int) -> tuple[list[range], list[range], int]:
@@ -142,7 +134,7 @@ class CountTaskLeakage(beam.PTransform):
             | "SpillDocuments" >> spilled
             | "ThenEachSliceRange" >> ThenEach(len(ranges))
             | "CountSlices" >> beam.FlatMap(steps.count_documents, ranges, spill, self._fraction)
-            | "SumAll" >> beam.CombineGlobally(_sum_counts).without_defaults()
+            | "SumAll" >> beam.CombineGlobally(sum_counts).without_defaults()
             | "Count" >> Counted(beam.Map(self._count))
         )
 

@@ -40,24 +40,27 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
 
-from pipelines.algorithms.hashes import stable_hash64
 from pipelines.algorithms.return_questions import return_question
 from pipelines.algorithms.splits import SPLITS, HeldOutSplit, split_of
 from pipelines.contracts.documents import STATS, finished_files, read_split_stats, require_deduped
 from pipelines.readers.labels import check_label_field
 from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
-from pipelines.runtime.options import parse_stage_args, work_per_input_mb
+from pipelines.runtime.options import input_mb, parse_stage_args, work_per_input_mb
 from pipelines.runtime.outputs import check_outputs, owning_outputs
-from pipelines.runtime.stage import Counted, Counters, run_and_count
+from pipelines.runtime.spill import Spill, ThenEach, even_ranges
+from pipelines.runtime.stage import Counted, Counters, run_and_count, sum_counts
+from pipelines.steps import tasks as steps
 
-__all__ = ["BuildReturnsTask", "BuildTasks", "TasksConfig", "document_label", "run", "task_names", "top_classes"]
+__all__ = ["BuildTasks", "TasksConfig", "document_label", "run", "task_names", "top_classes"]
 
 SPAN_TASKS = ("returns",)  # written in SQuAD's JSON layout, one file per split; the others as JSON Lines
 DEFAULT_LABEL_FIELD = "package"  # the embedded default's own field: pydocs' meta["package"]
@@ -71,6 +74,10 @@ COUNTERS = Counters(
 # pairing runs once per split, most of it in train's one element, so workers share little of it. Sizes Beam's
 # local runner.
 PARALLEL_CPU_S_PER_MB = 0.1
+SPILL = ".tmp-spill"  # the candidates between the steps; the stage deletes it whether it fails or not
+# A task per TASK_MB of sentence files (at least MIN_TASKS), a slice of text keys per SLICE_MB: a worker holds one
+# file's candidates, one slice's or one range of a split's rows, however large the corpus.
+TASK_MB, SLICE_MB, MIN_TASKS = 64, 16, 8
 
 
 @dataclass
@@ -109,59 +116,26 @@ def document_label(meta: dict, label_field: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _read_passages(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
-    """Yields (passage text, passage) for each document of one sentences file that has a label."""
+def _candidates(index: int, paths: list[str], config: TasksConfig) -> Iterator[tuple[str, str, dict, str, str]]:
+    """Yields (kind, text, row, label, split) for input file ``index``: its labelled documents' passages and its
+    docstrings' return questions (``steps.tasks.spill_candidates`` keys each by its text)."""
     label_field = task_names(config)[0]
-    for row in files.read_parquet(path).to_pylist():
+    for row in files.read_parquet(paths[index]).to_pylist():
         COUNTERS.inc("documents")
         meta = json.loads(row["meta"])
+        split = split_of(row["id"], config.held_out_fraction)
+        question = return_question(row["id"], row["sentences"], meta, config.span_passage_sentences)
+        if question is not None:
+            COUNTERS.inc("return_questions")
+            yield "questions", question["context"], question, "", split
         label = document_label(meta, label_field)
         if label is None:
             COUNTERS.inc("unlabelled_documents")
             COUNTERS.inc("other_field_documents", int(meta.get("label_field", label_field) != label_field))
             continue
         text = " ".join(row["sentences"][: config.passage_sentences])
-        split = split_of(row["id"], config.held_out_fraction)
-        passage = {"id": row["id"], "text": text, "label": label}
-        yield text, {**passage, "split": split}
+        yield "passages", text, {"id": row["id"], "text": text, "label": label}, label, split
     progress.advance()
-
-
-def _first_by_id(element: tuple[str, Iterable[dict]], counter: str = "duplicate_passages") -> dict:
-    # Equal texts in two splits would leak test passages into training; equal texts with two labels are noise.
-    passages = sorted(element[1], key=lambda p: p["id"])
-    COUNTERS.inc(counter, len(passages) - 1)
-    return passages[0]
-
-
-def _read_return_questions(path: str, config: TasksConfig) -> Iterator[tuple[str, dict]]:
-    """Yields (context, question) for each documented function of one sentences file that says what it returns."""
-    for row in files.read_parquet(path).to_pylist():
-        meta = json.loads(row["meta"])
-        question = return_question(row["id"], row["sentences"], meta, config.span_passage_sentences)
-        if question is not None:
-            COUNTERS.inc("return_questions")
-            yield (
-                question["context"],
-                {**question, "split": split_of(row["id"], config.held_out_fraction)},
-            )
-
-
-class BuildReturnsTask(beam.PTransform):
-    """Sentences file paths → (("returns", split), question): the span task, one question per docstring."""
-
-    def __init__(self, config: TasksConfig):
-        super().__init__()
-        self._config = config
-
-    def expand(self, paths: beam.PCollection) -> beam.PCollection:
-        return (
-            paths
-            | "ReadReturnQuestions" >> Counted(beam.FlatMap(_read_return_questions, self._config))
-            | "GroupByContext" >> beam.GroupByKey()
-            | "DropDuplicateContexts" >> Counted(beam.Map(_first_by_id, "duplicate_contexts"))
-            | "KeyBySplit" >> beam.Map(lambda q: (("returns", q.pop("split")), q))
-        )
 
 
 def top_classes(counts: dict[str, int], num_classes: int, min_documents: int) -> list[str]:
@@ -170,91 +144,43 @@ def top_classes(counts: dict[str, int], num_classes: int, min_documents: int) ->
     return sorted(name for _, name in eligible[:num_classes])
 
 
-def _class_verdicts(counts: list[tuple[str, int]], num_classes: int, min_documents: int) -> Iterator[tuple]:
-    """Yields (class, verdict): "label" for the ``top_classes``, "small" under ``min_documents``, else "other"."""
-    labels = top_classes(dict(counts), num_classes, min_documents)
-    for label, n in counts:
-        yield label, "label" if label in labels else "small" if n < min_documents else "other"
-
-
-class JudgeClasses(beam.PTransform):
-    """Passages → (class, {"passages": its passages, "verdict": [its verdict]}), verdicts ``_class_verdicts``.
-
-    The class counts reach the passages through a join by class, not side inputs, which the Dask runner gets
-    wrong (``pipelines.runtime.stage``).
-    """
-
-    def __init__(self, config: TasksConfig):
-        super().__init__()
-        self._config = config
-
-    def expand(self, passages: beam.PCollection) -> beam.PCollection:
-        n, least = self._config.num_classes, self._config.min_class_documents
-        verdicts = (
-            passages
-            | "Classes" >> beam.Map(lambda p: p["label"])
-            | "CountClasses" >> beam.combiners.Count.PerElement()
-            | "ListCounts" >> beam.combiners.ToList().without_defaults()
-            | "Verdicts" >> beam.FlatMap(_class_verdicts, n, least)
-        )
-        keyed = passages | "KeyByClass" >> beam.Map(lambda p: (p["label"], p))
-        return {"passages": keyed, "verdict": verdicts} | "JoinVerdicts" >> beam.CoGroupByKey()
-
-
-def _class_examples(judged: tuple[str, dict[str, list]], task: str) -> Iterator[tuple[tuple[str, str], dict]]:
-    _, grouped = judged
-    if grouped["verdict"] != ["label"]:
-        COUNTERS.inc(f"{grouped['verdict'][0]}_class_documents", len(grouped["passages"]))
-        return
-    for passage in grouped["passages"]:
-        COUNTERS.inc("classification_examples")
-        yield (task, passage["split"]), {"id": passage["id"], "text": passage["text"], "label": passage["label"]}
-
-
 class BuildTasks(beam.PTransform):
-    """Sentences file paths → ((task, split), row) for every task, from the documents that give it."""
+    """The pipeline's root → every ``<task>/<split>`` file of the sentences files ``paths`` written under
+    ``output``; yields their paths. Through ``spill`` (``steps.tasks``) in steps that each start once the one
+    before is done, so a worker holds one file's candidates, one slice's or one range of a split's rows."""
 
-    def __init__(self, config: TasksConfig):
+    def __init__(self, config: TasksConfig, paths: list[str], megabytes: float, output: str, spill: Spill):
         super().__init__()
-        self._config = config
+        self._config, self._paths, self._output, self._spill = config, paths, output, spill
+        self._slices = max(1, math.ceil(megabytes / SLICE_MB))
+        tasks = max(MIN_TASKS, math.ceil(megabytes / TASK_MB))
+        self._groups, self._ranges = even_ranges(len(paths), tasks), even_ranges(self._slices, tasks)
 
-    def expand(self, paths: beam.PCollection) -> beam.PCollection:
-        config = self._config
-        passages = (
-            paths
+    def _choose(self, counts: dict[str, int]) -> list[str]:
+        return top_classes(counts, self._config.num_classes, self._config.min_class_documents)
+
+    def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
+        config, spill, groups, ranges = self._config, self._spill, self._groups, self._ranges
+        names, parts = task_names(config), len(ranges)
+        read = functools.partial(_candidates, paths=self._paths, config=config)
+        spilled = Counted(beam.FlatMap(steps.spill_candidates, groups, read, spill, self._slices))
+        kept = Counted(beam.FlatMap(steps.keep_first, ranges, spill, names, config.seed, parts, COUNTERS))
+        judged = Counted(beam.Map(steps.judge_classes, spill, self._choose, config.min_class_documents, COUNTERS))
+        splits = [(kind, name, split) for kind, name in enumerate(names) for split in SPLITS]
+        write = Counted(beam.FlatMap(steps.write_split, spill, self._output, parts, COUNTERS))
+        return (
+            root
+            | "EachFileGroup" >> beam.Create(range(len(groups)))
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadPassages" >> Counted(beam.FlatMap(_read_passages, config))
-            | "GroupByText" >> beam.GroupByKey()
-            | "DropDuplicatePassages" >> Counted(beam.Map(_first_by_id))
+            | "SpillCandidates" >> spilled
+            | "ThenEachSliceRange" >> ThenEach(len(ranges))
+            | "KeepFirstOfEachText" >> kept
+            | "CountClasses" >> beam.CombineGlobally(sum_counts).without_defaults()
+            | "JudgeClasses" >> judged
+            | "ThenEachSplit" >> ThenEach(len(splits))
+            | "Splits" >> beam.Map(lambda i, splits: splits[i], splits)
+            | "WriteSplits" >> write
         )
-        judged = passages | "JudgeClasses" >> JudgeClasses(config)
-        single = judged | "BuildClassificationTask" >> Counted(beam.FlatMap(_class_examples, task_names(config)[0]))
-        spans = paths | "BuildReturnsTask" >> BuildReturnsTask(config)
-        return (single, spans) | "AllTasks" >> beam.Flatten()
-
-
-def _write_split(element: tuple[tuple[str, str], Iterable[dict | None]], output: str, seed: int) -> str:
-    """Writes one ``<task>/<split>.jsonl``, rows in a stable hash order (mixed labels, same on every run)."""
-    (task, split), rows = element
-    kept = sorted((r for r in rows if r is not None), key=lambda r: (stable_hash64(seed, task, r["id"]), r["id"]))
-    if task in SPAN_TASKS:
-        text, path = json.dumps(_squad_layout(kept), sort_keys=True, ensure_ascii=False), f"{split}.json"
-    else:
-        text, path = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in kept), f"{split}.jsonl"
-    path = files.join(output, task, path)
-    files.write_bytes_atomically(path, text.encode("utf-8"))
-    return path
-
-
-def _squad_layout(questions: list[dict]) -> dict:
-    """SQuAD's JSON (articles → paragraphs → questions): one article of one paragraph per docstring."""
-    articles = [
-        {"title": q["title"], "paragraphs": [{"context": q["context"], "qas": [
-            {"id": q["id"], "question": q["question"], "answers": q["answers"]}
-        ]}]}
-        for q in questions
-    ]  # fmt: skip
-    return {"version": "1.1", "data": articles}
 
 
 def _task_spec(task: str, splits: dict[str, dict]) -> dict:
@@ -336,18 +262,17 @@ def run(argv: list[str] | None = None) -> dict:
     inputs = finished_files(args.paths["input"], "sentences")
     require_deduped(args.paths["input"], args.allow_undeduped)  # its held-out documents repeat no training text
     read_split_stats(args.paths["input"], config.held_out_fraction)  # its held-out documents must be ours
+    spill = Spill(files.join(output, SPILL))
+    spill.delete()  # an earlier run's, killed before it could
     with owning_outputs(output, STATS, owned):
         pipeline = beam.Pipeline(options=args.beam)
-        rows = pipeline | "ListSentenceFiles" >> beam.Create(inputs) | "BuildTasks" >> BuildTasks(config)
-        every = pipeline | "EverySplit" >> beam.Create([((t, s), None) for t in names for s in SPLITS])
-        _ = (
-            (rows, every)
-            | "WithEmptySplits" >> beam.Flatten()
-            | "GroupBySplit" >> beam.GroupByKey()
-            | "WriteSplits" >> beam.Map(_write_split, output, config.seed)
-        )
+        megabytes = input_mb(args.paths["input"], "sentences-*.parquet")
+        _ = pipeline | "BuildTasks" >> BuildTasks(config, inputs, megabytes, output, spill)
         with progress.shown("tasks", len(inputs), "files", args.beam):  # the files read; pairing follows
-            counters = run_and_count(pipeline, output, COUNTERS)
+            try:
+                counters = run_and_count(pipeline, output, COUNTERS)
+            finally:
+                spill.delete()
         built = {task: _split_stats(output, task) for task in names}
         skipped = {task: why for task, splits in built.items() if (why := _skip_reason(task, splits, config, counters))}
         files.delete_matching(output, [f"{task}/*.json*" for task in skipped])

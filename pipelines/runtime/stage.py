@@ -42,6 +42,7 @@ __all__ = [
     "Smallest",
     "run_and_count",
     "run_and_count_each",
+    "sum_counts",
 ]
 
 COUNTS_FILE = ".tmp-counts.json"  # in the ``.tmp-*`` names ``owning_outputs`` clears, so a failed run leaves none
@@ -260,3 +261,12 @@ def _totals(rows: list[tuple[str, str, int]], counters: Sequence[Counters]) -> d
         if (namespace, name) in declared:
             totals[name] += n
     return dict(sorted(totals.items()))
+
+
+def sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Named counts summed name by name: a ``CombineGlobally`` function (its result is one of its inputs' kind)."""
+    total: dict[str, int] = {}
+    for count in counts:
+        for name, value in count.items():
+            total[name] = total.get(name, 0) + value
+    return total
