@@ -117,9 +117,9 @@ class Spill:
             FileSystems.delete([self.folder.rstrip("/") + "/"])
 
     def get(self, kind: str, index: int, schema: pa.Schema) -> pa.Table:
-        """Returns the table ``put`` under ``index``."""
-        with FileSystems.open(self._path(kind, index), compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            return pa.Table.from_batches([pa.ipc.open_file(pa.PythonFile(f, mode="r")).get_batch(0)], schema)
+        """Returns the table ``put`` under ``index`` (or every chunk a one-part ``writer`` added, in order)."""
+        chunks = list(self.chunks(kind, index, schema))
+        return pa.concat_tables(chunks).combine_chunks() if chunks else schema.empty_table()
 
 
 def _with_parts(schema: pa.Schema, parts: int) -> pa.Schema:

@@ -24,6 +24,7 @@ output depends on neither the slices nor the groups.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Iterator
@@ -116,16 +117,21 @@ def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
 
 def spill_facts(group: int, paths: list[str], spill: Spill, hasher: nd.MinHasher, rule: PassageRule,
                 fraction: float, tasks: Tasks) -> Iterator[int]:  # fmt: skip
-    """File group ``group`` → its documents' content keys and band records, by slice, and its passages' keys."""
-    facts = [_file_facts(index, paths, hasher, rule, fraction) for index in tasks.groups[group]]
-    for kind, schema, by_slice in (("contents", CONTENTS, "lo"), ("bands", BANDS, "band"), ("ids", IDS, None)):
-        table = _concat([f[kind] for f in facts], schema)
-        if by_slice is None:  # ids slice by their own hash: a repeated id meets its copy wherever it is
-            part = np.array([stable_hash64("id", i) % tasks.slices for i in table.column("id").to_pylist()])
-        else:
-            part = _slice_of(_column(table, by_slice), tasks.slices)
-        spill.write(kind, group, table, part.astype(np.int64), tasks.slices)
-    spill.put("passages", group, _concat([f["passages"] for f in facts], PASSAGES))
+    """File group ``group`` → its documents' content keys and band records, by slice, and its passages' keys:
+    one spill file per kind, a chunk per input file, so a worker holds one file's records (band records, with
+    their signatures, weigh several times the file)."""
+    slices = tasks.slices
+    with contextlib.ExitStack() as stack:
+        add = {kind: stack.enter_context(spill.writer(kind, group, schema, parts)) for kind, schema, parts in
+               (("contents", CONTENTS, slices), ("bands", BANDS, slices), ("ids", IDS, slices),
+                ("passages", PASSAGES, 1))}  # fmt: skip
+        for index in tasks.groups[group]:
+            facts = _file_facts(index, paths, hasher, rule, fraction)
+            ids = facts["ids"].column("id").to_pylist()
+            add["ids"](facts["ids"], np.array([stable_hash64("id", i) % slices for i in ids], dtype=np.int64))
+            add["contents"](facts["contents"], _slice_of(_column(facts["contents"], "lo"), slices))
+            add["bands"](facts["bands"], _slice_of(_column(facts["bands"], "band"), slices))
+            add["passages"](facts["passages"])
     yield group
 
 
