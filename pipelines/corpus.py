@@ -321,7 +321,7 @@ def _require_text(config: CorpusConfig, counters: dict) -> None:
 SPILL = ".tmp-spill"  # the documents between the steps; the stage deletes it whether it fails or not
 # Write tasks: one per TASK_MB of input files, at least MIN_TASKS (the embedded default's size is known only once
 # read): a write task holds its range of buckets, ~TASK_MB of documents, so memory stays flat as inputs grow.
-TASK_MB, MIN_TASKS = 64, 8
+TASK_MB, MIN_TASKS = 16, 8
 
 # Single-core seconds per MB of input files, in-process, measured on a JSON Lines copy of the embedded default.
 # Sizes Beam's local runner.
