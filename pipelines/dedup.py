@@ -100,7 +100,7 @@ class DedupConfig(HeldOutSplit):
     )  # fmt: skip
 
     task_mb: float = dataclasses.field(
-        default=64.0,
+        default=8.0,
         metadata={"help": "MB of input sentence files per task of the per-file and per-slice steps (at least "
                   f"{MIN_TASKS} tasks while there are as many files): one spill file per task; the output does not "
                   "depend on it"},

@@ -41,12 +41,15 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import io
 import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 
 from pipelines.algorithms.return_questions import return_question
 from pipelines.algorithms.splits import SPLITS, HeldOutSplit, split_of
@@ -76,8 +79,9 @@ COUNTERS = Counters(
 PARALLEL_CPU_S_PER_MB = 0.1
 SPILL = ".tmp-spill"  # the candidates between the steps; the stage deletes it whether it fails or not
 # A task per TASK_MB of sentence files (at least MIN_TASKS), a slice of text keys per SLICE_MB: a worker holds one
-# file's candidates, one slice's or one range of a split's rows, however large the corpus.
+# file's candidates or one slice's, however large the corpus.
 TASK_MB, SLICE_MB, MIN_TASKS = 64, 16, 8
+WRITE_MB = 4  # of sentence files per range of a split's order key: a writer holds one range's rows
 
 
 @dataclass
@@ -155,13 +159,14 @@ class BuildTasks(beam.PTransform):
         self._slices = max(1, math.ceil(megabytes / SLICE_MB))
         tasks = max(MIN_TASKS, math.ceil(megabytes / TASK_MB))
         self._groups, self._ranges = even_ranges(len(paths), tasks), even_ranges(self._slices, tasks)
+        self._parts = max(MIN_TASKS, math.ceil(megabytes / WRITE_MB))  # ranges of each split's order key
 
     def _choose(self, counts: dict[str, int]) -> list[str]:
         return top_classes(counts, self._config.num_classes, self._config.min_class_documents)
 
     def expand(self, root: beam.pvalue.PBegin) -> beam.PCollection:
         config, spill, groups, ranges = self._config, self._spill, self._groups, self._ranges
-        names, parts = task_names(config), len(ranges)
+        names, parts = task_names(config), self._parts
         read = functools.partial(_candidates, paths=self._paths, config=config)
         spilled = Counted(beam.FlatMap(steps.spill_candidates, groups, read, spill, self._slices))
         kept = Counted(beam.FlatMap(steps.keep_first, ranges, spill, names, config.seed, parts, COUNTERS))
@@ -223,8 +228,10 @@ def _split_stats(output: str, task: str) -> dict[str, dict]:
             data = json.loads(files.read_bytes(files.join(output, task, f"{split}.json")))
             stats[split] = {"examples": sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])}
             continue
-        data = files.read_bytes(files.join(output, task, f"{split}.jsonl")).decode("utf-8")
-        labels = collections.Counter(json.loads(line)["label"] for line in data.splitlines())
+        path = files.join(output, task, f"{split}.jsonl")
+        # A line at a time: the training split of a corpus holds most of its labelled documents' passages.
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            labels = collections.Counter(json.loads(line)["label"] for line in io.TextIOWrapper(f, encoding="utf-8"))
         stats[split] = {"examples": sum(labels.values()), "labels": dict(sorted(labels.items()))}
     return stats
 
