@@ -110,6 +110,10 @@ class TreeRun:
     maxrss_mb: float  # ru_maxrss of the tree: its largest single process, not a sum
     tree_peak_mb: float  # peak of the tree's summed RSS, sampled every 0.2 s
     sdk_workers: int  # Beam SDK worker processes seen among the descendants
+    # User + system CPU seconds of every process seen in the tree, each at its last 0.2 s sample: unlike
+    # ``cpu_s`` it counts descendants that outlive or escape the wait (Beam's SDK workers are not reaped by the
+    # stage, so ``cpu_s`` misses them), and misses at most a sample's worth per process.
+    sampled_cpu_s: float = 0.0
 
 
 class _TreeSampler(threading.Thread):
@@ -119,6 +123,7 @@ class _TreeSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.interval, self.stop = psutil.Process(pid), interval, threading.Event()
         self.peak_bytes, self.sdk_workers = 0, 0
+        self.cpu: dict[tuple[int, float], float] = {}  # (pid, start time) → CPU seconds at the last sample
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -130,6 +135,8 @@ class _TreeSampler(threading.Thread):
             for process in tree:
                 try:
                     total += process.memory_info().rss
+                    times = process.cpu_times()
+                    self.cpu[(process.pid, process.create_time())] = times.user + times.system
                     # exact argv element: Beam starts each worker through `sh -c`, whose one argument also names it
                     workers += "apache_beam.runners.worker.sdk_worker_main" in process.cmdline()
                 except psutil.NoSuchProcess:  # ended between listing and reading (zombies included)
@@ -161,7 +168,10 @@ def run_tree(command: Sequence[str], log: Path | None = None, cwd: Path = REPO) 
         if log:
             out.close()
     maxrss_mb = usage.ru_maxrss * 1024 / MB  # KiB on Linux
-    return TreeRun(child.returncode, wall_s, cpu_s, other, maxrss_mb, sampler.peak_bytes / MB, sampler.sdk_workers)
+    sampled = sum(sampler.cpu.values())
+    return TreeRun(
+        child.returncode, wall_s, cpu_s, other, maxrss_mb, sampler.peak_bytes / MB, sampler.sdk_workers, sampled
+    )
 
 
 def other_cores(busy_before: float, own_cpu_s: float, wall_s: float) -> float:
