@@ -259,3 +259,20 @@ def test_the_dedup_benchs_copy_marks_every_word_of_copies_after_the_first(tmp_pa
                                       for i in files.read_parquet(str(p)).column("id").to_pylist())  # fmt: skip
     assert written["d1#0"] == ["same words here.", "doc 1."]
     assert written["d1#2"] == ["samex2 wordsx2 here.x2", "docx2 1.x2"]  # distinct text, the same repeats
+
+
+def test_the_scale_corpus_is_seeded_per_file_and_repeats_no_long_sentence(tmp_path):
+    import collections
+
+    import scale_corpus
+
+    pool = scale_corpus.sentence_pool()
+    for name in ("a", "b"):
+        scale_corpus._write_file(tmp_path / f"{name}.jsonl", 3, 400_000, 0, pool)
+    scale_corpus._write_file(tmp_path / "other.jsonl", 4, 400_000, 0, pool)
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()  # (seed, index) alone
+    texts = [json.loads(line)["text"] for name in ("a", "other") for line in open(tmp_path / f"{name}.jsonl")]
+    assert len(set(texts)) == len(texts) and {json.loads(open(tmp_path / "a.jsonl").readline())["label"]} <= set(pool)
+    long = [s for text in texts for s in text.split(". ") if len(s.split()) >= 8]
+    repeats = sum(n - 1 for n in collections.Counter(long).values())
+    assert len(long) > 1000 and repeats <= len(long) // 1000  # the dedup stage's passages stay distinct
