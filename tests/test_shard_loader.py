@@ -1,10 +1,12 @@
 """Tests for albert_lightning.pretraining.data: global batches at any world size, epochs, loader state, masks, collate.
 
-Training through the loader (exact mid-epoch resumption, FSDP data parallelism) is in test_pretraining.py.
+Training through the loader (exact mid-epoch resumption, FSDP data parallelism) is in test_pretraining.py, and
+resumption on other world sizes in test_elastic_resume.py.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -68,16 +70,102 @@ def test_a_resumed_sampler_continues_the_epoch_after_the_batches_done():
     assert {e for b in resumed for e, _ in b} == {3}  # then the next epoch, from its start
 
 
-def test_loader_state_from_another_world_size_is_refused_naming_both(pipeline_run):
-    writer = ShardDataModule(str(pipeline_run.shards), batch_size=4, seed=1)
-    writer.trainer = SimpleNamespace(global_rank=0, world_size=2)
-    state = writer.state_dict()
-    reader = ShardDataModule(str(pipeline_run.shards), batch_size=4, seed=1)
-    reader.trainer = SimpleNamespace(global_rank=0, world_size=4)
-    with pytest.raises(ValueError, match=r"written with \{.*'world_size': 2.*this run has \{.*'world_size': 4"):
+def loader(shards: Path, world_size: int, batch_size: int = 4, seed: int = 1) -> ShardDataModule:
+    """A data module as rank 0 of ``world_size`` sees it, resuming ``last.ckpt``."""
+    module = ShardDataModule(str(shards), batch_size=batch_size, seed=seed)
+    module.trainer = SimpleNamespace(global_rank=0, world_size=world_size, ckpt_path="last.ckpt")
+    return module
+
+
+def test_loader_state_resumes_at_the_same_sample_on_any_world_size_and_batch_size(pipeline_run):
+    # 6 global batches of 4 × 2 ranks: sample 48 of epoch 3, wherever and however it is resumed.
+    state = {"epoch": 3, "batches": 6, "seed": 1, "world_size": 2, "batch_size": 4}
+    for world, batch_size, batches in [(2, 4, 6), (4, 4, 3), (1, 4, 12), (8, 2, 3), (3, 2, 8), (1, 48, 1)]:
+        reader = loader(pipeline_run.shards, world, batch_size)
         reader.load_state_dict(state)
-    reader.trainer = SimpleNamespace(global_rank=3, world_size=2)
-    reader.load_state_dict(state)  # the same world size: any rank resumes
+        assert reader.state_dict() == {"epoch": 3, "batches": batches, "seed": 1, "world_size": world,
+                                       "batch_size": batch_size}  # fmt: skip
+        sampler = reader.train_dataloader().batch_sampler
+        assert (sampler.epoch, sampler.skip) == (3, batches)
+
+
+def test_a_loader_built_before_the_checkpoint_is_restored_still_resumes(pipeline_run):
+    # Lightning builds it first when configure_optimizers asks for estimated_stepping_batches.
+    reader = loader(pipeline_run.shards, 2)
+    sampler = reader.train_dataloader().batch_sampler
+    reader.load_state_dict({"epoch": 1, "batches": 4, "seed": 1, "world_size": 1, "batch_size": 4})
+    assert (sampler.epoch, sampler.skip) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("state", "world", "message"),
+    [
+        ({"seed": 2}, 2, r"^last\.ckpt: cannot resume the data loader exactly: its epochs are drawn with seed 2, "
+                         r"this run's with 1; resume with --data\.seed 2$"),
+        ({"batches": 3}, 4, r"^last\.ckpt: cannot resume the data loader exactly: it stopped 24 samples into epoch 0 "
+                            r"\(global batches of 4 rows × 2 ranks\), which this run's global batch of 4 rows × 4 "
+                            r"ranks = 16 does not divide; resume with a global batch that divides 24$"),
+        ({"batches": 3, "world_size": 1}, 8, r"of 4 rows × 1 rank\), which this run's global batch of 4 rows × 8 "
+                                             r"ranks = 32 does not divide; resume with a global batch that divides"),
+        ({"batches": 10**6}, 2, r"^last\.ckpt: cannot resume the data loader exactly: it stopped 8000000 samples into "
+                                r"epoch 0, and .* holds \d+ training rows; resume on the shards it was written with$"),
+    ],
+)  # fmt: skip
+def test_a_loader_state_that_cannot_be_resumed_exactly_is_refused_in_one_line_naming_the_checkpoint(
+    pipeline_run, state, world, message
+):
+    reader = loader(pipeline_run.shards, world)
+    with pytest.raises(ValueError, match=message):
+        reader.load_state_dict({"epoch": 0, "batches": 3, "seed": 1, "world_size": 2, "batch_size": 4, **state})
+
+
+def test_a_position_in_the_new_global_batchs_dropped_tail_resumes_at_the_next_epoch(pipeline_run):
+    rows = len(ShardDataset(pipeline_run.shards, "train"))
+    batches = rows // 4 - 1  # one batch of 4 short of the epoch's end...
+    reader = loader(pipeline_run.shards, 1, batch_size=4 * batches)  # ...under one of these: the dropped tail
+    reader.load_state_dict({"epoch": 0, "batches": batches, "seed": 1, "world_size": 1, "batch_size": 4})
+    assert (reader.state_dict()["epoch"], reader.state_dict()["batches"]) == (1, 0)
+
+
+def progress(ready: int) -> dict:
+    """A checkpoint's loops as Lightning writes them in on_train_batch_end, ``ready`` batches into the epoch (and
+    the run): the batch in hand is not counted completed yet."""
+    counters = dict.fromkeys(("ready", "started", "processed"), ready) | {"completed": ready - 1}
+    return {"loops": {"fit_loop": {"epoch_loop.batch_progress": {"current": counters, "total": dict(counters)}}}}
+
+
+@pytest.mark.parametrize(
+    ("written", "world", "lightning", "expected"),
+    [
+        ((0, 6), 2, 6, 6),  # the same world size: Lightning's count stands
+        ((0, 6), 4, 6, 3),  # twice the global batch: half the batches
+        ((0, 6), 1, 6, 12),
+        ((1, 0), 2, None, None),  # an epoch just finished: Lightning's count is the epoch's end, at this run's size
+        ((1, 0), 4, None, None),
+    ],
+)
+def test_lightnings_count_of_the_epochs_batches_is_rewritten_to_this_runs_global_batches(
+    pipeline_run, written, world, lightning, expected
+):
+    rows = len(ShardDataset(pipeline_run.shards, "train"))
+    epoch, batches = written
+    if lightning is None:  # the checkpoint's epoch ended at its last batch of 4 × 2
+        lightning, expected = rows // 8, rows // (4 * world)
+    checkpoint = progress(lightning)
+    checkpoint["ShardDataModule"] = {"epoch": epoch, "batches": batches, "seed": 1, "world_size": 2, "batch_size": 4}
+    loader(pipeline_run.shards, world).align_epoch_progress(checkpoint)
+    current = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]
+    assert current == {"ready": expected, "started": expected, "processed": expected, "completed": expected - 1}
+    assert checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["ready"] == lightning  # steps: kept
+
+
+def test_a_checkpoint_without_loader_state_or_loops_is_left_alone(pipeline_run):
+    no_loader = progress(5)
+    loader(pipeline_run.shards, 4).align_epoch_progress(no_loader)
+    assert no_loader == progress(5)
+    no_loops = {"ShardDataModule": {"epoch": 0, "batches": 4, "seed": 1, "world_size": 2, "batch_size": 4}}
+    loader(pipeline_run.shards, 4).align_epoch_progress(no_loops)
+    assert no_loops == {"ShardDataModule": {"epoch": 0, "batches": 4, "seed": 1, "world_size": 2, "batch_size": 4}}
 
 
 def originals(row: dict) -> np.ndarray:

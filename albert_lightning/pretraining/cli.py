@@ -166,9 +166,10 @@ def cli_main(args: list[str] | None = None) -> AlbertCLI:
     """Parses ``args`` (None: the command line), trains, and returns the CLI (its ``trainer`` and ``model``)."""
     with warnings.catch_warnings():
         # Lightning trusts only a loader that is itself stateful. ShardDataModule saves the sampler's position
-        # (epoch, batches done) in the checkpoint, refuses to resume with another seed, batch size or world size,
-        # and replays the uninterrupted run batch for batch (tests/test_pretraining.py), so resuming mid-epoch
-        # is exact here and the warning would only be wrong.
+        # (the epoch's sample reached) in the checkpoint, resumes there at any world size and batch size, refuses
+        # in one line what it cannot continue exactly (another seed, a position no whole batch ends at), and
+        # replays the uninterrupted run sample for sample (tests/test_pretraining.py, test_elastic_resume.py), so
+        # resuming mid-epoch is exact here and the warning would only be wrong.
         warnings.filterwarnings("ignore", NOT_RESUMABLE, PossibleUserWarning)
         # torch 2.13 deprecated the name LeafSpec (for treespec_leaf()); Lightning 2.6.6's CombinedLoader still
         # builds LeafSpec(), which behaves as before. Only a Lightning release can change the call.

@@ -3,11 +3,12 @@
 - ``ShardDataset`` opens shards only through ``manifest.json`` and reads rows as zero-copy numpy views of the
   memory-mapped files, a whole batch at a time. Masks are either as stored (static, the ALBERT paper) or drawn
   again for every (seed, epoch, row) with the pipeline's own ``mask_batch`` (dynamic, RoBERTa).
-- ``EpochBatchSampler`` draws one permutation per (seed, epoch), the same on every rank; global batch g is
-  ``perm[g·W·B : (g+1)·W·B]`` and rank r takes the r-th block of B, so any world size sees the same global
-  batches. Its state (epoch, batches done, seed, world size) makes mid-epoch resumption exact.
-- ``ShardDataModule`` ties them together for Lightning and checkpoints the loader position. A remote
-  ``data_dir`` (s3://...) is read from a local copy that ``bucket_cache`` downloads once and checks.
+- ``EpochBatchSampler`` draws one permutation per (seed, epoch), the same on every rank and at every world size;
+  global batch g is ``perm[g·W·B : (g+1)·W·B]`` and rank r takes the r-th block of B, so the run reads the
+  permutation in order whatever W and B are.
+- ``ShardDataModule`` ties them together for Lightning and checkpoints the loader position, which names a sample
+  of the epoch's permutation: a run resumes there exactly, at its own world size and batch size or at others. A
+  remote ``data_dir`` (s3://...) is read from a local copy that ``bucket_cache`` downloads once and checks.
 """
 
 from __future__ import annotations
@@ -290,10 +291,11 @@ class ShardDataModule(L.LightningDataModule):
         # (a remote folder's files by the cache, which fetches a bad copy again); the datasets made for each
         # epoch's loaders then skip the check.
         self.manifest = ShardDataset(self.folder, "train", verify=not is_remote(data_dir)).manifest
-        if not any(s.rows for s in self.manifest.split("train")):
+        self._train_rows = sum(s.rows for s in self.manifest.split("train"))
+        if not self._train_rows:
             raise ValueError(f"{data_dir}: the manifest lists no training rows; is the corpus large enough?")
         self._train_sampler: EpochBatchSampler | None = None
-        self._position = {"epoch": 0, "batches": 0}  # batches of the current epoch seen by training_step
+        self._position = {"epoch": 0, "batches": 0}  # global batches of the current epoch seen by training_step
         self._resume: dict[str, int] | None = None
 
     @property
@@ -325,10 +327,15 @@ class ShardDataModule(L.LightningDataModule):
         dataset = ShardDataset(self.folder, "train", self.masking, self.seed, verify=False)
         rank, world = self._rank_world()
         self._train_sampler = EpochBatchSampler(len(dataset), self.batch_size, rank, world, self.seed)
-        if self._resume is not None:
+        self._apply_resume()
+        return self._loader(dataset, self._train_sampler)
+
+    def _apply_resume(self) -> None:
+        # Lightning builds the training loader before restoring a checkpoint when configure_optimizers asks for
+        # estimated_stepping_batches (max_epochs set, total_steps not): the position then goes to that sampler.
+        if self._resume is not None and self._train_sampler is not None:
             self._train_sampler.epoch, self._train_sampler.skip = self._resume["epoch"], self._resume["batches"]
             self._resume = None
-        return self._loader(dataset, self._train_sampler)
 
     def val_dataloader(self) -> DataLoader:
         dataset = ShardDataset(self.folder, "validation", "static", self.seed, verify=False)
@@ -358,17 +365,72 @@ class ShardDataModule(L.LightningDataModule):
         return batch
 
     def state_dict(self) -> dict[str, Any]:
+        """The loader position: ``batches`` global batches of ``epoch`` done at ``world_size`` ranks of ``batch_size``
+        rows, and the ``seed``. It means sample ``batches × batch_size × world_size`` of the epoch's permutation,
+        the same at any world size (``resumed_position``); checkpoints have always held these keys."""
         world = self._rank_world()[1]
         return {**self._position, "seed": self.seed, "world_size": world, "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        world = self._rank_world()[1]
-        mine = {"seed": self.seed, "world_size": world, "batch_size": self.batch_size}
-        theirs = {k: state[k] for k in mine}
-        if mine != theirs:
-            raise ValueError(
-                f"cannot resume the data loader exactly: the checkpoint was written with {theirs}, this run has "
-                f"{mine}; resume with the same seed, devices and batch size"
-            )
-        self._position = {"epoch": state["epoch"], "batches": state["batches"]}
+        """Resumes at the checkpoint's sample (``resumed_position``); raises its ValueError where it cannot."""
+        self._position = self.resumed_position(state)
         self._resume = dict(self._position)
+        self._apply_resume()
+
+    def resumed_position(self, state: dict[str, Any]) -> dict[str, int]:
+        """Returns where a run resumed from loader ``state`` starts: the same sample of the same epoch, as ``epoch``
+        and ``batches`` of this run's global batch (batch_size × world size), whatever the checkpoint's were.
+
+        The per-rank batch stays this run's, not derived to keep the checkpoint's global batch: it is what fits a
+        device (8 ranks resumed on 1 would need 8 times it), and the old global batch need not split over the new
+        ranks. A changed global batch changes the tokens per optimizer step, and the learning-rate schedule
+        counts steps: ``--data.batch_size`` keeps the global batch where that matters.
+
+        Raises:
+            ValueError: one line naming the checkpoint: another seed (another order); a position that this run's
+                global batch does not divide (no whole number of its batches ends there, and the state, counting
+                batches, could not record it); more samples than this data's epoch (other shards).
+        """
+        name = getattr(self.trainer, "ckpt_path", None) or "the checkpoint"
+        cannot = f"{name}: cannot resume the data loader exactly"
+        if state["seed"] != self.seed:
+            raise ValueError(f"{cannot}: its epochs are drawn with seed {state['seed']}, this run's with {self.seed}; "
+                             f"resume with --data.seed {state['seed']}")  # fmt: skip
+        world = self._rank_world()[1]
+        samples, global_batch = state["batches"] * state["batch_size"] * state["world_size"], self.batch_size * world
+        epoch, batches, at = state["epoch"], samples // global_batch, f"it stopped {samples} samples into epoch"
+        if samples % global_batch:
+            raise ValueError(
+                f"{cannot}: {at} {epoch} (global batches of {_global(state['batch_size'], state['world_size'])}), "
+                f"which this run's global batch of {_global(self.batch_size, world)} = {global_batch} does not "
+                f"divide; resume with a global batch that divides {samples}"
+            )
+        if samples > self._train_rows:
+            raise ValueError(f"{cannot}: {at} {epoch}, and {self.data_dir} holds {self._train_rows} training rows; "
+                             "resume on the shards it was written with")  # fmt: skip
+        if batches and batches == self._train_rows // global_batch:  # the rest is this run's dropped tail
+            epoch, batches = epoch + 1, 0
+        return {"epoch": epoch, "batches": batches}
+
+    def align_epoch_progress(self, checkpoint: dict[str, Any]) -> None:
+        """Sets Lightning's count of the epoch's batches in ``checkpoint`` to this run's resumed position, before
+        Lightning restores its loops from it (``AlbertPretraining.on_load_checkpoint`` calls this). Lightning ends
+        an epoch when the count reaches ``len(train_dataloader)``: left in the checkpoint's global batches, it
+        would end the epoch before the sampler's last batch (the next pass repeating the epoch) or after it. A
+        checkpoint without the loader state or Lightning's loops is left as it is."""
+        state = checkpoint.get(type(self).__qualname__)
+        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+        if state is None or progress is None:
+            return
+        position, current = self.resumed_position(state), progress["current"]
+        # An epoch finished: the loader is at the next one's start while Lightning's count stands at the epoch's
+        # end, from where Lightning moves on itself; the end is this run's number of batches.
+        finished = position["epoch"] > state["epoch"] or (state["batches"] == 0 and current["ready"] > 0)
+        target = self._train_rows // (self.batch_size * self._rank_world()[1]) if finished else position["batches"]
+        shift = target - current["ready"]
+        for counter in ("ready", "started", "processed", "completed"):  # completed lags by one mid-step
+            current[counter] += shift
+
+
+def _global(batch_size: int, ranks: int) -> str:
+    return f"{batch_size} rows × {ranks} rank{'s' * (ranks != 1)}"

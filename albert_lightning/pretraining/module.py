@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from albert_lightning.interop.pretrained import read_start
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, PreTrainingOutput
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
-from albert_lightning.pretraining.data import IGNORE_INDEX
+from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataModule
 from albert_lightning.pretraining.start import check_shards, start_config
 from albert_lightning.sharding import clip_grad_norm, shard_albert
 from pipelines.algorithms.sop import INTER_SENTENCE_MODES
@@ -121,6 +121,13 @@ class AlbertPretraining(L.LightningModule):
             h = self.hparams
             shards = getattr(self.trainer.datamodule, "data_dir", None) or "the shards"
             check_shards(self._start, h.vocab_size, h.spiece_sha256, Normalizer(**(h.normalizer or {})), shards)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The one hook that sees the whole checkpoint before Lightning restores its loops from it: a resume at
+        # another global batch must count the epoch's batches as the resumed loader does (ShardDataModule).
+        datamodule = self._trainer.datamodule if self._trainer is not None else None
+        if isinstance(datamodule, ShardDataModule):
+            datamodule.align_epoch_progress(checkpoint)
 
     def forward(self, batch: dict[str, torch.Tensor]):
         return self.model(
