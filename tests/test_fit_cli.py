@@ -4,6 +4,7 @@ run shorter than one validation interval reports (metrics.json, curves, the prog
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -12,9 +13,12 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
 
+from albert_lightning.pretraining.progress_bar import StepProgressBar, StepProgressLines, step_progress
 from tests.conftest import DISTRIBUTED_ENV
 from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_in_process, fit_subprocess, write_subset
 
@@ -95,10 +99,41 @@ def test_a_run_shorter_than_its_validation_interval_validates_at_its_end_and_rep
     assert metrics["tokens_per_second"] > 0
 
 
-def test_the_progress_bar_counts_steps_out_of_max_steps(short_run):
-    bar = short_run.trainer.progress_bar_callback.train_progress_bar  # a tqdm bar
-    assert (bar.n, bar.total) == (3, 3)
-    assert bar.desc.startswith("Steps (epoch 0)"), bar.desc  # not "Epoch 0/-2"
+def test_the_progress_counts_steps_out_of_max_steps(short_run):
+    bar = short_run.trainer.progress_bar_callback
+    assert isinstance(bar, StepProgressLines)  # pytest's stderr is not a terminal
+    assert bar.lines == 3  # 3 steps of 3: each a new 5 %, and the last one's line with the run's time
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_live_bar_counting_steps(monkeypatch):
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    bar = step_progress()
+    assert isinstance(bar, StepProgressBar)
+    trainer = L.Trainer(max_steps=3, callbacks=[bar], logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
+    trainer.fit(BoringModel())
+    tqdm_bar = bar.train_progress_bar
+    assert (tqdm_bar.n, tqdm_bar.total) == (3, 3)
+    assert tqdm_bar.desc.startswith("Steps (epoch 0)"), tqdm_bar.desc  # not "Epoch 0/-2"
+
+
+def test_a_log_gets_a_line_per_5_percent_of_the_steps_and_one_at_the_end(capsys):
+    bar = step_progress()
+    trainer = L.Trainer(max_steps=100, callbacks=[bar], logger=False, enable_checkpointing=False,
+                        enable_model_summary=False, limit_val_batches=0, accelerator="cpu")  # fmt: skip
+    trainer.fit(BoringModel())  # far faster than 30 s a line: the lines are the twentieths
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("steps: ")]
+    assert "\r" not in err and len(lines) == bar.lines == 20, err[-2000:]
+    steps = [int(re.match(r"steps: (\d+)/100 ", line)[1]) for line in lines]
+    assert steps == [*range(5, 100, 5), 100]
+    assert all(line.endswith(" left") or ", loss " in line for line in lines[:-1]), lines[:3]
+    assert re.match(r"steps: 100/100 \(100%\) in \d+:\d\d", lines[-1]), lines[-1]
 
 
 def test_a_user_config_written_before_the_subpackages_still_runs(shards, tmp_path):

@@ -3,6 +3,7 @@ worker processes; nothing on a remote runner; the same outputs with or without i
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -14,7 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import segment
 from pipelines.contracts.documents import DOCUMENT_SCHEMA, file_name, table_from_rows
-from pipelines.runtime import commands, files, progress
+from pipelines.runtime import commands, files, pace, progress
 
 LINE = re.compile(r"^(\w+): ([\d,]+)/([\d,]+) (\w+) \(\d+%\)(, [\d.,]+ \w+/s, \d+:\d\d left| in \d+:\d\d)?$")
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -35,20 +36,54 @@ def _lines(err: str) -> list[tuple[int, int, str]]:
     return parsed
 
 
-def test_lines_report_the_units_done_at_most_once_a_period(capsys: pytest.CaptureFixture[str]):
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_line_at_most_once_a_period(monkeypatch: pytest.MonkeyPatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(progress, "console", lambda: terminal)
     with progress.shown("demo", 12, "files", PipelineOptions(IN_MEMORY), every_s=0.2):
         start = time.monotonic()
         for _ in range(12):
             progress.advance()
             time.sleep(0.1)
         elapsed = time.monotonic() - start
-    lines = _lines(capsys.readouterr().err)
+    lines = _lines(terminal.getvalue())
     *periodic, final = lines
     assert final[:2] == (12, 12) and final[2].startswith(" in ")
     assert 2 <= len(periodic) <= elapsed / 0.2 + 1  # the rate limit: no more than one line per period
     assert [done for done, _, _ in periodic] == sorted(done for done, _, _ in periodic)
     assert all(total == 12 and 0 < done < 12 for done, total, _ in periodic)  # none in start-up or after the end
     assert any(rest.endswith(" left") for _, _, rest in periodic)  # a rate once two counts were seen
+
+
+def test_a_log_gets_a_line_per_5_percent_when_the_work_is_faster_than_the_period(capsys: pytest.CaptureFixture[str]):
+    # Not a terminal (pytest captures stderr): 400 units in about 2 s, a period of 60 s that never passes.
+    with progress.shown("demo", 400, "files", PipelineOptions(IN_MEMORY), every_s=60):
+        for _ in range(400):
+            progress.advance()
+            time.sleep(0.005)
+    *periodic, final = _lines(capsys.readouterr().err)
+    assert final[:2] == (400, 400)
+    marks = [done * 20 // 400 for done, _, _ in periodic]
+    assert 2 <= len(periodic) <= 19 and marks == sorted(set(marks))  # each line a new twentieth, none twice
+
+
+def test_the_pace_is_30_s_or_5_percent_whichever_comes_first():
+    fast, slow = pace.Pace(1000, start=0.0), pace.Pace(100, start=0.0)
+    # 1,000 units in 10 s: a line at each twentieth, the period never passes.
+    assert [done for done in range(1, 1001) if fast.due(done, done / 100)] == list(range(50, 1001, 50))
+    # 100 units in 3,000 s: a line every 30 s, and one more at each twentieth (every 150 s) that resets the period.
+    slow_lines = [t for t in range(1, 3001) if slow.due(t // 30, float(t))]
+    gaps = [b - a for a, b in zip([0, *slow_lines], slow_lines, strict=False)]
+    assert max(gaps) <= 30 and len(slow_lines) <= 3000 / 30 + 20
+    timed = pace.Pace(100, start=0.0, every_s=5, every_fraction=None)  # a terminal's: by time only
+    assert [t for t in range(0, 20) if timed.due(t * 5, float(t))] == [5, 10, 15]
+    assert pace.rate_and_left(30, 100, (0.0, 10), 10.0, "files") == "2 files/s, 0:35 left"
+    assert pace.rate_and_left(10, 100, (0.0, 10), 10.0, "files") == ""
+    assert pace.clock(3725) == "1:02:05"
 
 
 def test_nothing_on_a_remote_runner(capsys: pytest.CaptureFixture[str]):
@@ -97,7 +132,7 @@ def test_a_stage_reports_its_files_from_worker_processes_and_writes_the_same_out
         off.setattr(progress, "runs_locally", lambda options: False)
         quiet = _segment(corpus, tmp_path / "quiet", IN_MEMORY)
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(progress, "EVERY_S", 0.02)
+    monkeypatch.setattr(progress, "LOOK_S", 0.02)
     seen = []  # what the launching process counted at each look: only the worker processes report
     monkeypatch.setattr(progress, "_done", lambda folder, done=progress._done: seen.append(done(folder)) or seen[-1])
     two_processes = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]

@@ -36,7 +36,7 @@ from lightning.pytorch.cli import LightningCLI
 from albert_lightning.checkpoints import load_checkpoint, refusal, safe_loading
 from albert_lightning.pretraining.data import ShardDataModule
 from albert_lightning.pretraining.module import AlbertPretraining
-from albert_lightning.pretraining.progress_bar import StepProgressBar
+from albert_lightning.pretraining.progress_bar import step_progress
 from pipelines.runtime.commands import DEPRECATIONS, LIGHTNING_LOGGERS, Chatter
 from pipelines.runtime.commands import main as run_command
 
@@ -94,12 +94,13 @@ class AlbertCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         # Lightning's bars count the batches of an epoch under "Epoch 0/-2" (max_epochs is -1 when max_steps ends
-        # the run); ours counts steps out of max_steps. A bar given in the config, or none, is left as asked.
+        # the run), and write every update to a log; ours counts steps out of max_steps, in a log at a line per
+        # 30 s or 5 %. A bar given in the config, or none, is left as asked.
         trainer = self.config_init["trainer"]
         callbacks = trainer.get("callbacks") or []
         callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
         if trainer.get("enable_progress_bar") is not False and not any(isinstance(c, ProgressBar) for c in callbacks):
-            kwargs["callbacks"] = [*callbacks, StepProgressBar()]
+            kwargs["callbacks"] = [*callbacks, step_progress()]
         return super().instantiate_trainer(**kwargs)
 
 

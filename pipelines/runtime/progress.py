@@ -4,8 +4,10 @@ On Beam's local runner in multi-processing mode the launching process cannot see
 (``pipeline.run()`` blocks and metrics arrive at the end), so the workers report through the file system: each
 process appends one byte per unit done (a file, a source) to its own file in a local temporary folder, one
 ``write`` of O_APPEND, which neither tears nor interleaves with another process's, and costs a microsecond or two
-next to a unit's milliseconds. A thread of the launching process sums the files' sizes and prints a line at most
-every ``EVERY_S`` seconds while some but not all units are done. In-process mode works the same, with one file.
+next to a unit's milliseconds. A thread of the launching process sums the files' sizes and prints a line while
+some but not all units are done: on a terminal every ``TERMINAL_S`` seconds, in a log when ``pace.Pace`` says
+(30 s or 5 % of the units since the last line, whichever comes first). In-process mode works the same, with one
+file.
 The folder reaches the workers in an environment variable, which the local runner's SDK worker processes inherit.
 
 The folder is the machine's temporary one, not the output's: a local runner may write to s3://, which should not
@@ -33,11 +35,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.runtime.commands import console
 from pipelines.runtime.options import runs_locally
+from pipelines.runtime.pace import Pace, clock, rate_and_left
 
-__all__ = ["ENV", "EVERY_S", "advance", "shown"]
+__all__ = ["ENV", "LOOK_S", "TERMINAL_S", "advance", "shown"]
 
 ENV = "ALBERT_LIGHTNING_PROGRESS"  # the folder this run's workers report to; unset: no report
-EVERY_S = 5.0  # at most one line this often: a few a minute in a log, yet the rate is seen to move
+TERMINAL_S = 5.0  # a terminal's line this often: the rate is seen to move
+LOOK_S = 1.0  # in a log, the workers' count is looked at this often and a line printed when the pace says
 
 _file: tuple[str, int, int] | None = None  # (folder, pid, descriptor) of this process's report
 
@@ -64,28 +68,24 @@ def _done(folder: str) -> int:
         return sum(entry.stat().st_size for entry in entries)
 
 
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(round(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}" if minutes >= 60 else f"{minutes}:{seconds:02d}"
-
-
 class _Reporter(threading.Thread):
-    """Prints a line every ``every_s`` seconds while some but not all units are done, until stopped.
+    """Prints a line when ``pace`` says, looking every ``look_s`` seconds, while some but not all units are done.
 
     Nothing during start-up or once every unit is done (a stage's last steps, a short run): a command's stderr is
     then just its result. The rate counts from the first unit seen done, so start-up does not drag it down.
     """
 
-    def __init__(self, stage: str, total: int, unit: str, folder: str, every_s: float, stream: TextIO) -> None:
+    def __init__(self, stage: str, total: int, unit: str, folder: str, pace: Pace, look_s: float,
+                 stream: TextIO) -> None:  # fmt: skip
         super().__init__(daemon=True, name=f"progress-{stage}")
         self.stage, self.total, self.unit, self.folder = stage, total, unit, folder
-        self.every_s, self.stream, self.stop = every_s, stream, threading.Event()
+        self.pace, self.look_s, self.stream, self.stop = pace, look_s, stream, threading.Event()
         self.start_time, self.first, self.lines = time.monotonic(), None, 0
 
     def run(self) -> None:
-        while not self.stop.wait(self.every_s):
+        while not self.stop.wait(self.look_s):
             done, now = _done(self.folder), time.monotonic()
-            if 0 < done < self.total:
+            if 0 < done < self.total and self.pace.due(done, now):
                 self.report(done, now)
             if done and self.first is None:
                 self.first = (now, done)
@@ -93,11 +93,9 @@ class _Reporter(threading.Thread):
     def report(self, done: int, now: float, final: bool = False) -> None:
         line = f"{self.stage}: {done:,}/{self.total:,} {self.unit} ({done / max(self.total, 1):.0%})"
         if final:
-            line += f" in {_clock(now - self.start_time)}"
-        elif self.first is not None and done > self.first[1]:
-            rate = (done - self.first[1]) / (now - self.first[0])
-            shown_rate = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"
-            line += f", {shown_rate} {self.unit}/s, {_clock((self.total - done) / rate)} left"
+            line += f" in {clock(now - self.start_time)}"
+        elif self.first is not None and (rate := rate_and_left(done, self.total, self.first, now, self.unit)):
+            line += f", {rate}"
         print(line, file=self.stream, flush=True)
         self.lines += 1
 
@@ -108,14 +106,15 @@ def shown(stage: str, total: int, unit: str, options: PipelineOptions, every_s: 
 
     Only on the local runner (``options.runs_locally``), and only while some but not all units are done; a final
     line with the elapsed time follows when the block succeeds after at least one line. Lines go to the
-    terminal's stderr (``commands.console``).
+    terminal's stderr (``commands.console``): every ``TERMINAL_S`` seconds on a terminal, at the log's pace
+    (``pace.Pace``: 30 s or 5 %) otherwise.
 
     Args:
         stage: the line's prefix.
         total: the units the run will complete, from the upstream's listing.
         unit: their name, plural ("files").
         options: the pipeline's options.
-        every_s: seconds between lines; default ``EVERY_S``.
+        every_s: seconds between lines (a terminal's, or a log's at most); default ``TERMINAL_S`` or 30 s.
     """
     if not runs_locally(options):
         yield
@@ -123,7 +122,14 @@ def shown(stage: str, total: int, unit: str, options: PipelineOptions, every_s: 
     folder = tempfile.mkdtemp(prefix=f"progress-{stage}-")
     previous = os.environ.get(ENV)
     os.environ[ENV] = folder
-    reporter = _Reporter(stage, total, unit, folder, EVERY_S if every_s is None else every_s, console())
+    stream, start = console(), time.monotonic()
+    if getattr(stream, "isatty", lambda: False)():  # a redirected stderr, or a stand-in without the method
+        period = TERMINAL_S if every_s is None else every_s
+        pace, look_s = Pace(total, start, every_s=period, every_fraction=None), period
+    else:
+        pace = Pace(total, start) if every_s is None else Pace(total, start, every_s=every_s)
+        look_s = min(LOOK_S, pace.every_s)
+    reporter = _Reporter(stage, total, unit, folder, pace, look_s, stream)
     reporter.start()
     try:
         yield
