@@ -102,13 +102,34 @@ def test_a_bucket_of_near_identical_documents_costs_one_comparison_per_member():
     assert pairs == [((1, f"d{i:05d}"), (0, "z")) for i in range(3000)]  # the best of each content key only
 
 
+def _removals(pairs: list[tuple[int, int]], count: int) -> dict[int, int]:
+    kept = greedy_removals(np.array([w for w, _ in pairs], int), np.array([b for _, b in pairs], int), count)
+    return {w: int(b) for w, b in enumerate(kept) if b >= 0}
+
+
 def test_greedy_removals_name_a_survivor_and_break_chains():
-    a, b, c, d, e = ((1, x) for x in "abcde")  # priority order
+    a, b, c, d, e = range(5)  # priority order
     # b is like a, c like b only: b goes for a, and c, like no survivor, stays.
-    assert greedy_removals([(b, a), (c, b)]) == {b: a}
+    assert _removals([(b, a), (c, b)], 5) == {b: a}
     # d is like b (removed) and c (kept): it goes for c; e is like d only, so stays; repeats change nothing.
-    assert greedy_removals([(d, b), (b, a), (d, c), (e, d), (d, c)]) == {b: a, d: c}
-    assert greedy_removals([(c, a), (c, b)]) == {c: a}  # the best survivor is named
+    assert _removals([(d, b), (b, a), (d, c), (e, d), (d, c)], 5) == {b: a, d: c}
+    assert _removals([(c, a), (c, b)], 5) == {c: a}  # the best survivor is named
+    assert _removals([], 3) == {}
+
+
+def test_greedy_removals_decide_as_the_rule_says_on_random_graphs():
+    # The rule, as written: in priority order, a document goes iff a better one it is like stays; kept is the best.
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        count = int(rng.integers(2, 60))
+        worse = rng.integers(1, count, int(rng.integers(0, 4 * count)))
+        pairs = [(int(w), int(rng.integers(0, w))) for w in worse]
+        expected: dict[int, int] = {}
+        for w in range(count):
+            survivors = [b for x, b in pairs if x == w and b not in expected]
+            if survivors:
+                expected[w] = min(survivors)
+        assert _removals(pairs, count) == expected
 
 
 def test_similar_pairs_keep_the_pairs_at_or_above_the_threshold():
