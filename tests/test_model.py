@@ -54,6 +54,24 @@ def test_parameter_counts_match_the_formula_and_the_released_sizes(name, encoder
     assert meta_count(config, heads=True) == formula(config, heads=True) == with_heads
 
 
+# Table 1 of the paper: (L, H, E) and the parameters it reports, in millions, at vocabulary 30,000.
+TABLE_1 = {"base": (12, 768, 128, 12), "large": (24, 1024, 128, 18), "xlarge": (24, 2048, 128, 60),
+           "xxlarge": (12, 4096, 128, 235)}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", TABLE_1)
+def test_presets_have_the_shapes_and_sizes_of_table_1(name):
+    layers, hidden, embedding, millions = TABLE_1[name]
+    config = AlbertConfig.preset(name, vocab_size=30000)
+    assert (config.num_hidden_layers, config.hidden_size, config.embedding_size) == (layers, hidden, embedding)
+    assert config.intermediate_size == 4 * hidden and config.sharing == "all"  # one shared layer, BERT's FFN
+    count = meta_count(config, heads=True) / 1e6
+    # Table 1 rounds to whole millions (base 11.8 → 12, xlarge 59.0 → 60). Its xxlarge 235M is 5 % above what its
+    # own shape gives, 223.2 M, the released checkpoint's size: no shape of the table's reaches 235 M.
+    assert abs(count / millions - 1) < (0.06 if name == "xxlarge" else 0.02), f"{name}: {count:.2f} M"
+    assert name != "xxlarge" or round(count) == 223
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
