@@ -13,6 +13,8 @@ The model file knows nothing of this (torchtitan's split of model and paralleliz
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -22,10 +24,17 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 from torch.distributed._composable import checkpoint
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from albert_lightning.checkpoints import LIGHTNING_META, METADATA, load_checkpoint, read_sharded
 from albert_lightning.model import AlbertLayer, AlbertModel, AlbertTransformer
 
 __all__ = ["FSDP2Strategy", "clip_grad_norm", "shard_albert"]
@@ -94,10 +103,12 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     Lightning's ``FSDPStrategy`` (FSDP1) refuses CPUs; FSDP2 through this strategy runs unchanged on CPUs with
     gloo and on GPUs with NCCL, so the tested path is the production path. Checkpoints hold full (unsharded)
-    state dicts by default, so ``albert_lightning.interop.export`` reads them directly.
+    state dicts by default, one file written by rank 0. Either kind resumes on any number of ranks, and
+    ``albert_lightning.interop.export`` and ``evaluate`` read either.
 
     Args:
-        save_distributed_checkpoint: write one file per rank instead of a full state dict on rank 0.
+        save_distributed_checkpoint: write a folder of one file per rank instead (``torch.distributed.checkpoint``):
+            no rank gathers the whole state, the way to checkpoint a model whose state does not fit one host.
         timeout_s: seconds a collective waits for the other ranks before the run fails. A node that dies
             mid-step leaves the others blocked in a collective; this bounds the wait, after which the run ends
             with an error naming the timeout and can be resumed from its last checkpoint.
@@ -118,13 +129,72 @@ class FSDP2Strategy(ModelParallelStrategy):
         )
         self.timeout_s = timeout_s
 
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: Any = None) -> None:
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        # Lightning writes a sharded checkpoint into its folder in place: a save cut off part-way (a pre-empted
+        # node) would leave last.ckpt's new shards beside its old index, a folder that reads as a whole one.
+        # Written beside it and swapped in once every rank has finished, the folder is always one save's.
+        path = Path(self.broadcast(str(filepath)))
+        partial = path.with_name(f".{path.name}.partial")
+        if self.global_rank == 0 and partial.exists():
+            shutil.rmtree(partial)  # an earlier save's, cut off: this name is this method's alone
+        self.barrier()
+        super().save_checkpoint(checkpoint, partial, storage_options)
+        self.barrier()
+        if self.global_rank == 0:
+            replace_folder(partial, path)
+        self.barrier()
+
     def load_checkpoint(self, checkpoint_path: str | Path, weights_only: bool | None = None) -> dict[str, Any]:
+        path = Path(self.broadcast(checkpoint_path))  # every rank reads the folder rank 0 resolved
+        if path.is_dir():
+            return self._load_sharded(path)
         # Lightning 2.6 drops the ``weights_only`` given to ``Trainer.fit`` for strategies that restore after
         # setup, as this one does, and torch's default then follows TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD: a resumed
         # checkpoint must never run code, whatever the environment says.
-        return super().load_checkpoint(checkpoint_path, weights_only=True)
+        return super().load_checkpoint(path, weights_only=True)
+
+    def _load_sharded(self, folder: Path) -> dict[str, Any]:
+        # Lightning's own load of a folder (fabric's _load_checkpoint) unpickles DCP's index and values in full;
+        # this is that load, resharded to this world size, through the weights-only reader and planner.
+        module = self.lightning_module
+        state = {"state_dict": get_model_state_dict(module)}
+        read_sharded(state, folder)
+        module.load_state_dict(state["state_dict"], strict=module.strict_loading)
+        for index, optimizer in enumerate(self.optimizers):
+            key = f"optimizer_{index}"  # the name Lightning's save gives it
+            state = {key: get_optimizer_state_dict(module, optimizer)}
+            read_sharded(state, folder)
+            options = StateDictOptions(cpu_offload=True)
+            set_optimizer_state_dict(module, optimizer, optim_state_dict=state[key], options=options)
+        return load_checkpoint(folder / LIGHTNING_META)  # the loops', callbacks' and data module's state
 
     def setup_environment(self) -> None:
         # ModelParallelStrategy resolves "auto" to the number of nodes; here every process is data parallel.
         self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
+
+
+def replace_folder(new: Path, path: Path) -> None:
+    """Puts the finished sharded checkpoint ``new`` at ``path``, removing the checkpoint that was there.
+
+    A directory cannot be renamed over a full one, so the old one moves aside first: a crash between the two
+    renames leaves it whole, as ``.<name>.old`` beside the folder, and never a mix of two saves.
+
+    Raises:
+        IsADirectoryError: when ``path`` is a folder that is not a checkpoint, which is not removed.
+    """
+    if path.is_file():
+        path.unlink()  # a full checkpoint of the same name, as Lightning's own sharded save replaces it
+    elif path.is_dir():
+        if not (path / METADATA).is_file() and not (path / LIGHTNING_META).is_file():
+            raise IsADirectoryError(f"{path}: a folder that is not a sharded checkpoint; not replaced")
+        old = path.with_name(f".{path.name}.old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(path, old)
+        os.replace(new, path)
+        shutil.rmtree(old)
+        return
+    os.replace(new, path)

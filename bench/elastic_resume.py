@@ -1,15 +1,17 @@
 """Proves that a run resumed on another number of processes trains on the uninterrupted run's samples, in order.
 
 Run: ``python bench/elastic_resume.py [--data_dir data/shards] [--rows 96] [--batch_size 2] [--ranks 8 4 2 1]
-[--steps 2 5 8 8]`` from the repository (``--data_dir``: any instances-stage output with ``--rows`` training rows
-or more; ``dvc repro`` writes ``data/shards``). It is a proof, not a timing: what it prints is the evidence, and
-it exits 1 if any check fails.
+[--steps 2 5 8 8] [--save sharded sharded full full]`` from the repository (``--data_dir``: any instances-stage
+output with ``--rows`` training rows or more; ``dvc repro`` writes ``data/shards``). It is a proof, not a timing:
+what it prints is the evidence, and it exits 1 if any check fails.
 
 A tiny-preset run over the first ``--rows`` training rows, ``--batch_size`` rows per rank, starts on the first of
-``--ranks`` processes (CPU, gloo, FSDP2) and is stopped and resumed from its full checkpoint on each next number
-of processes in turn, for ``--steps`` steps each (8 → 4 → 2 → 1 by default, the 2-rank run crossing an epoch's
-end); an uninterrupted run on one process over as many samples is the reference. Each run logs each rank's sample
-ids, (shard file, row), step by step (``tests/sample_log.py``). Checks:
+``--ranks`` processes (CPU, gloo, FSDP2) and is stopped and resumed from its checkpoint on each next number of
+processes in turn, for ``--steps`` steps each (8 → 4 → 2 → 1 by default, the 2-rank run crossing an epoch's end).
+``--save`` says what each run saves: a ``full`` checkpoint (one file, the default) or a ``sharded`` one (a folder
+of one file per rank, resharded by the next run's load). An uninterrupted run on one process over as many
+samples is the reference. Each run logs each rank's sample ids, (shard file, row), step by step
+(``tests/sample_log.py``). Checks:
 
 - the chain's samples, global batch after global batch, are the reference's, in the same order: none skipped,
   none seen twice, each epoch every row once;
@@ -71,10 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=2, help="rows per rank per step")
     parser.add_argument("--ranks", type=int, nargs="+", default=[8, 4, 2, 1], help="processes of each run, in turn")
     parser.add_argument("--steps", type=int, nargs="+", default=[2, 5, 8, 8], help="steps of each run")
+    parser.add_argument("--save", nargs="+", choices=["full", "sharded"], help="the checkpoint each run saves")
     args = parser.parse_args(argv)
     rows, batch = args.rows, args.batch_size
-    if len(args.steps) != len(args.ranks):
-        parser.error("--steps: one number of steps per run in --ranks")
+    saves = args.save or ["full"] * len(args.ranks)
+    if len(args.steps) != len(args.ranks) or len(saves) != len(args.ranks):
+        parser.error("--steps, --save: one per run in --ranks")
     if any(rows % (batch * n) for n in args.ranks):
         parser.error(f"--rows {rows} must be a multiple of every global batch (batch_size × ranks)")
 
@@ -90,8 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         walls = {}
         for i, (name, ranks, stop) in enumerate(zip(names, args.ranks, stops, strict=True)):
             resume = [f"--ckpt_path={root / names[i - 1] / 'checkpoints' / 'last.ckpt'}"] if i else []
-            walls[name] = fit(root / name, data, ranks, batch, stop, *resume)
-            print(f"  {name}: steps {(stops[i - 1] if i else 0) + 1}-{stop}, {walls[name]:.0f} s")
+            sharded = ["--trainer.strategy.init_args.save_distributed_checkpoint=true"] if saves[i] == "sharded" else []
+            walls[name] = fit(root / name, data, ranks, batch, stop, *resume, *sharded)
+            last = root / name / "checkpoints" / "last.ckpt"
+            if last.is_dir() != (saves[i] == "sharded"):
+                sys.exit(f"{name}: saved {last}, not the {saves[i]} checkpoint asked for")
+            print(f"  {name}: steps {(stops[i - 1] if i else 0) + 1}-{stop}, saves {saves[i]}, {walls[name]:.0f} s")
         walls["reference"] = fit(root / "reference", data, 1, batch, samples // batch)
         print(f"  reference, 1 rank uninterrupted: steps 1-{samples // batch}, {walls['reference']:.0f} s")
 

@@ -1,5 +1,6 @@
 """Checkpoints are read without running code: export, the ablation report and resuming refuse one that names any,
-and so do the readers of a Hugging Face folder's pytorch_model.bin, which read no shard from outside the folder.
+full file or sharded folder, and so do the readers of a Hugging Face folder's pytorch_model.bin; neither kind of
+folder has a shard read from outside it. A sharded save cut off part-way never replaces the checkpoint before it.
 
 The hostile checkpoint is a pretraining checkpoint whose unpickling in full would create a file, ``pwned``; each
 reader must refuse it with one line naming the file and what it names, and ``pwned`` must not appear.
@@ -8,17 +9,21 @@ reader must refuse it with one line naming the file and what it names, and ``pwn
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import pathlib
+import pickle
 import re
 import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import lightning.pytorch.strategies.model_parallel as lightning_model_parallel
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
 from albert_lightning.checkpoints import load_checkpoint
 from albert_lightning.interop.export import main as export_main
@@ -26,7 +31,7 @@ from albert_lightning.interop.hf import export_hf, import_hf
 from albert_lightning.interop.pretrained import load_pretrained, read_start
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from tests.conftest import DISTRIBUTED_ENV
-from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_subprocess, write_subset
+from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_in_process, fit_subprocess, write_subset
 
 
 class Touch:
@@ -134,12 +139,108 @@ def test_lightnings_own_load_is_weights_only_too(shards: Path, tmp_path: Path, m
     assert not (tmp_path / "pwned").exists()
 
 
-def test_a_distributed_checkpoint_folder_is_refused(shards: Path, tmp_path: Path) -> None:
-    # torch.distributed.checkpoint unpickles its .metadata in full, with no weights-only mode.
-    (tmp_path / "sharded").mkdir()
-    with pytest.raises(ValueError, match=rf"^{tmp_path / 'sharded'}: a distributed checkpoint folder"):
-        with cli_in_process(fit_args(tmp_path / "run", shards, 4, 2, f"--ckpt_path={tmp_path / 'sharded'}")):
+# ------------------------------------------------------------------------ sharded checkpoints (DCP folders)
+
+
+def dcp_folder(folder: Path, state: dict) -> Path:
+    """A sharded checkpoint folder of ``state`` as torch.distributed.checkpoint writes one, with a meta.pt."""
+    dcp.save(state, checkpoint_id=folder, no_dist=True)
+    torch.save({"global_step": 1}, folder / "meta.pt")
+    return folder
+
+
+def test_a_sharded_index_naming_code_is_refused_before_the_run_starts(shards: Path, tmp_path: Path) -> None:
+    # torch.distributed.checkpoint unpickles .metadata in full, with no weights-only mode of its own.
+    folder = dcp_folder(tmp_path / "elsewhere" / "last.ckpt", {"state_dict": {"w": torch.ones(2)}})
+    (folder / ".metadata").write_bytes(pickle.dumps(Touch(tmp_path / "pwned")))
+    with pytest.raises(ValueError, match=rf"^{folder / '.metadata'}: holds pathlib.Path.touch, which no checkpoint"):
+        with cli_in_process(fit_args(tmp_path / "run", shards, 4, 2, f"--ckpt_path={folder}")):
             pass
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_sharded_value_naming_code_is_refused_in_one_line(tmp_path: Path) -> None:
+    # A value that is not a tensor (an optimizer's hyper-parameters) is a torch.save'd blob in a shard.
+    folder = dcp_folder(tmp_path / "last.ckpt", {"state_dict": {"w": torch.ones(2), "x": Touch(tmp_path / "pwned")}})
+    with pytest.raises(ValueError, match=rf"^{folder} \(state_dict.x\): holds getattr, which no checkpoint"):
+        load_checkpoint(folder)
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("shard", "error"),
+    [
+        ("../outside.distcp", "names a shard '../outside.distcp' that is not a file of the folder; refused"),
+        ("/etc/passwd", "names a shard '/etc/passwd' that is not a file of the folder; refused"),
+        ("gone.distcp", "names the shard gone.distcp, which the folder lacks; was it written completely?"),
+    ],
+)
+def test_a_sharded_index_naming_a_file_outside_its_folder_or_missing_is_refused(
+    tmp_path: Path, shard: str, error: str
+) -> None:
+    folder = dcp_folder(tmp_path / "last.ckpt", {"state_dict": {"w": torch.ones(2)}})
+    (tmp_path / "outside.distcp").write_bytes((folder / "__0_0.distcp").read_bytes())
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    for index, info in metadata.storage_data.items():
+        metadata.storage_data[index] = dataclasses.replace(info, relative_path=shard)
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    index = folder / ".metadata"
+    with pytest.raises(ValueError, match=rf"^{re.escape(f'{index}: {error}')}$"):
+        load_checkpoint(folder)
+
+
+def test_a_folder_without_an_index_is_not_taken_for_a_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "last.ckpt").mkdir()
+    with pytest.raises(ValueError, match=rf"^{tmp_path / 'last.ckpt' / 'meta.pt'}: not a readable checkpoint"):
+        load_checkpoint(tmp_path / "last.ckpt")
+
+
+def test_a_sharded_save_cut_off_leaves_the_checkpoint_before_it_whole(
+    shards: Path, tmp_path: Path, monkeypatch
+) -> None:
+    # Lightning writes a sharded checkpoint into its folder in place: cut off after the shards, before meta.pt,
+    # the folder would hold step 2's weights under step 1's loop state and read as whole.
+    save, saved = lightning_model_parallel._distributed_checkpoint_save, []
+
+    def cut_off_after_the_second_saves_shards(state: dict, path: Path) -> None:
+        save(state, path)
+        saved.append({k: v.full_tensor().clone() for k, v in state["state_dict"].items()})
+        if len(saved) == 2:
+            raise RuntimeError("node pre-empted")
+
+    monkeypatch.setattr(lightning_model_parallel, "_distributed_checkpoint_save", cut_off_after_the_second_saves_shards)
+    every_step = [
+        "--trainer.strategy.init_args.save_distributed_checkpoint=true",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps=1",
+        "--trainer.callbacks.filename=kept",
+        "--trainer.callbacks.enable_version_counter=false",
+    ]
+    with pytest.raises(RuntimeError, match="node pre-empted"):
+        with cli_in_process(fit_args(tmp_path, shards, 4, 2, *every_step)):
+            pass
+    kept = load_checkpoint(tmp_path / "checkpoints" / "kept.ckpt")
+    assert kept["global_step"] == 1 and kept["state_dict"].keys() == saved[0].keys()
+    assert all(torch.equal(kept["state_dict"][k], saved[0][k]) for k in saved[0])
+    assert not all(torch.equal(saved[1][k], saved[0][k]) for k in saved[0])  # step 2's weights were another's
+
+
+def test_a_real_sharded_checkpoint_reads_as_the_trained_weights_and_resumes(shards: Path, tmp_path: Path) -> None:
+    save = "--trainer.strategy.init_args.save_distributed_checkpoint=true"
+    trained = fit_in_process(fit_args(tmp_path, shards, 4, 2, save))
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert sorted(p.name for p in last.iterdir()) == [".metadata", "__0_0.distcp", "meta.pt"]
+    checkpoint = load_checkpoint(last)
+    assert checkpoint["global_step"] == 2
+    assert {f"model.{k}" for k in trained} == checkpoint["state_dict"].keys()
+    assert all(torch.equal(checkpoint["state_dict"][f"model.{k}"], v) for k, v in trained.items())
+    model, _ = load_pretrained(last)  # evaluate --checkpoint and --model.init_from read it as they read a file
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in trained.items())
+    export_main(["--params", str(tmp_path / "none.yaml"), "--checkpoint", str(last), "--output", str(tmp_path / "hf")])
+    assert sorted(p.name for p in (tmp_path / "hf").iterdir()) == ["config.json", "model.safetensors"]
+    with cli_in_process(fit_args(tmp_path, shards, 4, 3, save, f"--ckpt_path={last}")) as cli:
+        assert cli.trainer.global_step == 3
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]  # no partial left
 
 
 def test_a_real_checkpoint_loads_weights_only_resumes_and_exports(shards: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from albert_lightning.checkpoints import load_weights, read_pretraining_state
+from albert_lightning.checkpoints import METADATA, load_weights, read_pretraining_state
 from albert_lightning.interop.hf import read_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from pipelines.algorithms.textnorm import Normalizer, hf_normalizer
@@ -53,20 +53,21 @@ class Start:
 
 
 def read_start(path: str | Path) -> Start:
-    """Reads a Hugging Face ALBERT folder or a pretraining checkpoint (weights-only), without building a model.
+    """Reads a Hugging Face ALBERT folder or a pretraining checkpoint, a file or a sharded folder (weights-only),
+    without building a model.
 
     Raises:
         FileNotFoundError: if nothing is there.
         ValueError: naming the file, for a folder or checkpoint that is not an ALBERT this project can read.
     """
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not (path / METADATA).is_file():  # a sharded checkpoint's folder has an index
         config, state, missing = read_hf(path)
         spiece = path / "spiece.model"
         sha = hashlib.sha256(spiece.read_bytes()).hexdigest() if spiece.is_file() else None
         return Start(str(path), config, state, missing, hf_normalizer(path), sha)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no Hugging Face folder or checkpoint file there (--model.init_from)")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no Hugging Face folder or checkpoint there (--model.init_from)")
     config, state, hyper_parameters = read_pretraining_state(path)  # the file is read once
     normalizer = Normalizer(**(hyper_parameters.get("normalizer") or {}))  # defaults: written before it was recorded
     return Start(str(path), config, state, [], normalizer, hyper_parameters.get("spiece_sha256"))
@@ -76,8 +77,9 @@ def load_pretrained(source: str | Path) -> tuple[AlbertForPreTraining, Normalize
     """Returns the pretrained network and how its pretraining text was normalised, which later text must repeat.
 
     Args:
-        source: a Lightning pretraining checkpoint (``.ckpt``: its recorded normalisation) or a Hugging Face
-            ALBERT folder (its tokenizer_config.json's, AlbertTokenizer's defaults without one).
+        source: a Lightning pretraining checkpoint (``.ckpt``, a file or a sharded folder: its recorded
+            normalisation) or a Hugging Face ALBERT folder (its tokenizer_config.json's, AlbertTokenizer's defaults
+            without one).
 
     Raises:
         FileNotFoundError: if nothing is there.

@@ -33,7 +33,7 @@ from lightning.fabric.utilities.warnings import PossibleUserWarning
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningCLI
 
-from albert_lightning.checkpoints import load_checkpoint, refusal, safe_loading
+from albert_lightning.checkpoints import check_sharded_checkpoint, load_checkpoint, refusal, safe_loading
 from albert_lightning.pretraining.data import ShardDataModule
 from albert_lightning.pretraining.module import AlbertPretraining
 from albert_lightning.pretraining.progress_bar import step_progress
@@ -141,26 +141,22 @@ def check_resumed_checkpoints(trainer: L.Trainer, ckpt_path: str | None) -> None
     checkpoint folders) as ``load_checkpoint`` does, so that one naming code is refused before the run starts.
 
     Raises:
-        ValueError: naming the file, for a checkpoint that is unreadable, names other types, or is a folder.
+        ValueError: naming the file, for a checkpoint (file or sharded folder) that is unreadable or names other
+            types.
     """
-    if ckpt_path is not None and os.path.isdir(ckpt_path):
-        # torch.distributed.checkpoint reads a folder's .metadata with plain pickle.load (torch 2.13), which
-        # runs what the file names, and torch's weights-only unpickler cannot read that pickle's protocol.
-        raise ValueError(
-            f"{ckpt_path}: a distributed checkpoint folder, which cannot be read without running what it names; "
-            "if you trust it, consolidate it into one file (python -m lightning.pytorch.utilities."
-            "consolidate_checkpoint) and resume from that"
-        )
     if ckpt_path == "last":
         paths = [p for f in checkpoint_folders(trainer) for p in glob.glob(os.path.join(glob.escape(f), "last*.ckpt"))]
-    elif ckpt_path is not None and os.path.isfile(ckpt_path):
+    elif ckpt_path is not None and os.path.exists(ckpt_path):
         paths = [ckpt_path]
     else:
         # None, a URL or "hpc": left to Lightning's restore, weights-only too (FSDP2Strategy.load_checkpoint
         # insists on it, since Lightning 2.6 drops the weights_only that cli_main passes to fit).
         paths = []
     for path in paths:
-        load_checkpoint(path, mmap=True)
+        if os.path.isdir(path):  # a sharded checkpoint (FSDP2Strategy's save_distributed_checkpoint)
+            check_sharded_checkpoint(path)
+        else:
+            load_checkpoint(path, mmap=True)
 
 
 def cli_main(args: list[str] | None = None) -> AlbertCLI:
