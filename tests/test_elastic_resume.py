@@ -1,12 +1,14 @@
 """Resuming a run on another number of processes (issue 45): the same samples, in the same order, from the same
 weights and optimizer state.
 
-One run over 24 training rows, per-rank batch 2, is stopped and resumed from its full checkpoint three times on
-another world size each time: 4 ranks (global batch 8) → 2 (4) → 1 (2) → 2 (4), through two epoch ends. Every
+One run over 24 training rows, per-rank batch 2, is stopped and resumed three times on another world size each
+time: 4 ranks (global batch 8) → 2 (4) → 1 (2) → 2 (4), through two epoch ends. The 4- and 2-rank runs save
+sharded checkpoints (a folder of one file per rank, resharded on load), the 1-rank run a full one: sharded 4 → 2,
+sharded 2 → 1 and full 1 → 2. Every
 run logs each rank's sample ids, (shard file, row), per step (``tests/sample_log.py``). The uninterrupted
 reference is one process, batch 2: every world size reads the epoch's permutation in the same order, so the
 resumed chain must train on exactly the reference's sequence of samples. ``bench/elastic_resume.py`` proves the
-same for 8 → 4 → 2 → 1 ranks, too slow here (8 processes on 2 cores).
+same for 8 → 4 → 2 → 1 ranks, sharded or full, too slow here (8 processes on 2 cores).
 
 The 1-rank order is pinned against the implementation that wrote the project's recorded DVC runs.
 """
@@ -38,6 +40,8 @@ AT_STEP_2 = [
 ]
 # The chain: (run, ranks, the step it stops at); each run resumes the one before it, A from its step 2.
 CHAIN = (("A", 4, 2), ("B", 2, 5), ("C", 1, 9), ("D", 2, 13))
+SHARDED = {"A", "B"}  # the runs that save sharded checkpoints; the others save full ones
+SHARDED_SAVE = "--trainer.strategy.init_args.save_distributed_checkpoint=true"
 
 
 def run(root: Path, data: Path, ranks: int, batch_size: int, max_steps: int, *extra: str) -> None:
@@ -56,11 +60,13 @@ def chain(pipeline_run, tmp_path_factory) -> SimpleNamespace:
     uninterrupted one-process run over as many samples as the chain."""
     root = tmp_path_factory.mktemp("elastic")
     data = write_subset(pipeline_run.shards, root / "shards", ROWS, 8)
-    run(root / "A", data, 4, BATCH, 4, *AT_STEP_2)
+    run(root / "A", data, 4, BATCH, 4, SHARDED_SAVE, *AT_STEP_2)
     checkpoints = {"A": root / "A" / "checkpoints" / "at-step=2.ckpt"}
     for (before, _, _), (name, ranks, stop) in pairwise(CHAIN):
-        run(root / name, data, ranks, BATCH, stop, f"--ckpt_path={checkpoints[before]}")
+        save = [SHARDED_SAVE] if name in SHARDED else []
+        run(root / name, data, ranks, BATCH, stop, f"--ckpt_path={checkpoints[before]}", *save)
         checkpoints[name] = root / name / "checkpoints" / "last.ckpt"
+    assert {name for name, path in checkpoints.items() if path.is_dir()} == SHARDED
     runs = {name: read_log(root / name) for name, _, _ in CHAIN}
     whole_4_ranks, runs["A"] = runs["A"], runs["A"][:2]
     samples = sum(len(step["ids"]) for steps in runs.values() for step in steps)
@@ -74,7 +80,9 @@ def chain(pipeline_run, tmp_path_factory) -> SimpleNamespace:
     )
 
 
-def test_a_run_resumed_on_4_2_1_and_2_ranks_trains_on_the_uninterrupted_runs_samples_in_its_order(chain):
+def test_a_run_resumed_sharded_and_full_on_4_2_1_and_2_ranks_trains_on_the_uninterrupted_runs_samples_in_its_order(
+    chain,
+):
     steps = [step for name, _, _ in CHAIN for step in chain.runs[name]]
     assert [s["step"] for s in steps] == list(range(1, CHAIN[-1][2] + 1))  # no step lost or repeated
     assert [s["world_size"] for s in steps] == [4] * 2 + [2] * 3 + [1] * 4 + [2] * 4
@@ -123,7 +131,9 @@ def test_each_resumed_run_starts_from_the_weights_its_checkpoint_saved(chain):
     assert chain.runs["D"][0]["loss"] < chain.runs["A"][0]["loss"] - 0.5
 
 
-def test_4_ranks_resumed_on_1_follow_the_uninterrupted_4_ranks_adam_moments_and_all(chain, tmp_path):
+def test_4_ranks_sharded_checkpoint_resumed_on_1_follows_the_uninterrupted_4_ranks_adam_moments_and_all(
+    chain, tmp_path
+):
     # At the checkpoint's global batch (1 rank × 8 = 4 × 2) the resumed run repeats the uninterrupted one. Step 3's
     # loss is the saved weights'; step 4's the first after an update (step 3's) that used the restored Adam
     # moments: one process's arithmetic moves it ~1e-4 from four's, lost moments ~1e-2 (1.6e-2 measured).
@@ -132,6 +142,28 @@ def test_4_ranks_resumed_on_1_follow_the_uninterrupted_4_ranks_adam_moments_and_
     assert [s["step"] for s in resumed] == [3, 4] and [s["ids"] for s in resumed] == [s["ids"] for s in whole]
     assert resumed[0]["loss"] == pytest.approx(whole[0]["loss"], rel=1e-5)
     assert resumed[1]["loss"] == pytest.approx(whole[1]["loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("saved", ["after the epoch", "at its last batch"])
+def test_a_run_stopped_at_an_epochs_end_resumes_at_the_next_epochs_first_sample(chain, tmp_path, ranks, saved):
+    # Two checkpoints end an epoch: one saved after it (max_steps stopped the run there: Lightning then counts
+    # the epoch finished) and one at its last batch, mid-run (every_n_train_steps). Lightning treated the
+    # first's new epoch as over after one batch, and the sampler began that epoch again.
+    epoch_steps = ROWS // (BATCH * ranks)
+    if saved == "after the epoch":
+        run(tmp_path / "stopped", chain.data, ranks, BATCH, epoch_steps)
+        checkpoint = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    else:
+        at_end = [a.replace("every_n_train_steps=2", f"every_n_train_steps={epoch_steps}") for a in AT_STEP_2]
+        run(tmp_path / "stopped", chain.data, ranks, BATCH, epoch_steps + 1, *at_end)
+        checkpoint = tmp_path / "stopped" / "checkpoints" / f"at-step={epoch_steps}.ckpt"
+    run(tmp_path / "resumed", chain.data, 1, BATCH, epoch_steps + 4, f"--ckpt_path={checkpoint}")
+    resumed = read_log(tmp_path / "resumed")
+    assert [(s["step"], s["epoch"], s["batch_idx"]) for s in resumed] == [
+        (epoch_steps + i, 1, i - 1) for i in range(1, 5)
+    ]
+    assert [s["ids"] for s in resumed] == [s["ids"] for s in chain.reference[ROWS // BATCH : ROWS // BATCH + 4]]
 
 
 # ------------------------------------------------------------------------- one rank's order, as it always was

@@ -419,14 +419,23 @@ class ShardDataModule(L.LightningDataModule):
         would end the epoch before the sampler's last batch (the next pass repeating the epoch) or after it. A
         checkpoint without the loader state or Lightning's loops is left as it is."""
         state = checkpoint.get(type(self).__qualname__)
-        progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+        loops = checkpoint.get("loops", {}).get("fit_loop", {})
+        progress = loops.get("epoch_loop.batch_progress")
         if state is None or progress is None:
             return
         position, current = self.resumed_position(state), progress["current"]
-        # An epoch finished: the loader is at the next one's start while Lightning's count stands at the epoch's
-        # end, from where Lightning moves on itself; the end is this run's number of batches.
-        finished = position["epoch"] > state["epoch"] or (state["batches"] == 0 and current["ready"] > 0)
-        target = self._train_rows // (self.batch_size * self._rank_world()[1]) if finished else position["batches"]
+        epochs = loops.get("epoch_progress", {}).get("current", {})
+        # Saved at an epoch's last batch (on_train_batch_end): the loader is at the next epoch's start while
+        # Lightning's count stands at the epoch's end, from where Lightning moves on itself; the end is this run's
+        # number of batches. Saved once Lightning had closed its epoch (max_steps stopped the run, at an epoch's
+        # end or not): it restarts in a new epoch carrying the count on, so the count is the loader's position,
+        # 0 at an epoch's end; the epoch's end would take the new epoch's first batch for its last.
+        closed = epochs.get("ready", 0) > 0 and epochs.get("completed") == epochs["ready"]
+        at_last_batch = position["epoch"] > state["epoch"] or (state["batches"] == 0 and current["ready"] > 0)
+        if at_last_batch and not closed:
+            target = self._train_rows // (self.batch_size * self._rank_world()[1])
+        else:
+            target = position["batches"]
         shift = target - current["ready"]
         for counter in ("ready", "started", "processed", "completed"):  # completed lags by one mid-step
             current[counter] += shift
