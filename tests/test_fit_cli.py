@@ -18,7 +18,7 @@ import pytest
 import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from albert_lightning.pretraining.progress_bar import StepProgressBar, StepProgressLines, step_progress
+from albert_lightning.pretraining.progress_bar import StepProgressBar, StepProgressLines, figure, step_progress
 from tests.conftest import DISTRIBUTED_ENV
 from tests.test_pretraining import REPO, cli_in_process, fit_args, fit_in_process, fit_subprocess, write_subset
 
@@ -134,6 +134,13 @@ def test_a_log_gets_a_line_per_5_percent_of_the_steps_and_one_at_the_end(capsys)
     assert steps == [*range(5, 100, 5), 100]
     assert all(line.endswith(" left") or ", loss " in line for line in lines[:-1]), lines[:3]
     assert re.match(r"steps: 100/100 \(100%\) in \d+:\d\d", lines[-1]), lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(47680.3, "47,680"), (1234567.0, "1,234,567"), (5.4321, "5.432"), (0.000123, "0.000123")]
+)
+def test_a_log_line_shows_figures_as_people_read_them(value, shown):
+    assert figure(value) == shown
 
 
 def test_a_user_config_written_before_the_subpackages_still_runs(shards, tmp_path):

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
 from pipelines.runtime.pace import Pace, clock, rate_and_left
 
-__all__ = ["StepProgressBar", "StepProgressLines", "step_progress"]
+__all__ = ["StepProgressBar", "StepProgressLines", "figure", "step_progress"]
 
 
 def step_progress() -> ProgressBar:
@@ -50,6 +50,12 @@ class StepProgressBar(TQDMProgressBar):
             bar.n = trainer.global_step
             bar.refresh()
             bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+
+def figure(value: float) -> str:
+    """A metric as a log line shows it: four significant digits, whole numbers from 1,000 up with separators
+    (``tok/s 47,680``, not ``4.768e+04``)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 class StepProgressLines(ProgressBar):
@@ -102,6 +108,6 @@ class StepProgressLines(ProgressBar):
             parts.append(rate)
         for name, value in self.get_metrics(trainer, pl_module).items():
             if name != "v_num":
-                parts.append(f"{name} {value:,.4g}" if isinstance(value, float) else f"{name} {value}")
+                parts.append(f"{name} {figure(value)}" if isinstance(value, float) else f"{name} {value}")
         print(", ".join(parts), file=sys.stderr, flush=True)
         self.lines += 1
