@@ -83,7 +83,10 @@ def refusal(path: str | Path, err: pickle.UnpicklingError) -> ValueError | None:
     if _WEIGHTS_ONLY not in text:
         return None
     named = _GLOBAL.search(text)
-    what = named.group(1) if named else text.split("WeightsUnpickler error: ")[-1].splitlines()[0]
+    return _holds(path, named.group(1) if named else text.split("WeightsUnpickler error: ")[-1].splitlines()[0])
+
+
+def _holds(path: str | Path, what: str) -> ValueError:
     return ValueError(f"{path}: holds {what}, which no checkpoint of this project does; refused without running it")
 
 
@@ -168,11 +171,7 @@ def read_sharded_metadata(folder: str | Path) -> Metadata:
             metadata = _MetadataUnpickler(f).load()
     except pickle.UnpicklingError as err:
         named = _GLOBAL.search(str(err))
-        if named:
-            raise ValueError(
-                f"{path}: holds {named.group(1)}, which no checkpoint of this project does; refused without running it"
-            ) from err
-        raise _unreadable(path, err) from err
+        raise (_holds(path, named.group(1)) if named else _unreadable(path, err)) from err
     except (OSError, EOFError, AttributeError, TypeError, ValueError) as err:
         raise _unreadable(path, err) from err
     if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
