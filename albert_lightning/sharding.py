@@ -160,14 +160,13 @@ class FSDP2Strategy(ModelParallelStrategy):
         # this is that load, resharded to this world size, through the weights-only reader and planner.
         module = self.lightning_module
         state = {"state_dict": get_model_state_dict(module)}
-        read_sharded(state, folder)
+        for index, optimizer in enumerate(self.optimizers):  # "optimizer_<i>": the names Lightning's save gives
+            state[f"optimizer_{index}"] = get_optimizer_state_dict(module, optimizer)
+        read_sharded(state, folder)  # one pass over the shards for the weights and every optimizer
         module.load_state_dict(state["state_dict"], strict=module.strict_loading)
+        options = StateDictOptions(cpu_offload=True)
         for index, optimizer in enumerate(self.optimizers):
-            key = f"optimizer_{index}"  # the name Lightning's save gives it
-            state = {key: get_optimizer_state_dict(module, optimizer)}
-            read_sharded(state, folder)
-            options = StateDictOptions(cpu_offload=True)
-            set_optimizer_state_dict(module, optimizer, optim_state_dict=state[key], options=options)
+            set_optimizer_state_dict(module, optimizer, optim_state_dict=state[f"optimizer_{index}"], options=options)
         return load_checkpoint(folder / LIGHTNING_META)  # the loops', callbacks' and data module's state
 
     def setup_environment(self) -> None:
