@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import apache_beam as beam
 
 from pipelines.algorithms.sentences import document_sentences, split_long
-from pipelines.algorithms.textnorm import Normalizer, hf_normalizer
+from pipelines.algorithms.textnorm import CHINESE_SCRIPTS, Normalizer, hf_normalizer
 from pipelines.contracts.documents import SENTENCES_SCHEMA, STATS, file_name, finished_files, outputs, table_from_rows
 from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
@@ -53,21 +53,26 @@ class SegmentConfig:
     max_sentence_words: int = dataclasses.field(
         default=200, metadata={"help": "cut longer sentences (CJK characters count one word each)"}
     )
+    chinese_script: str = dataclasses.field(
+        default="keep",
+        metadata={"help": f"{' | '.join(CHINESE_SCRIPTS)}: convert Chinese characters to one script (OpenCC)"},
+    )
     normalization_from: str | None = dataclasses.field(
         default=None,
         metadata={
-            "help": "a Hugging Face model folder (or its tokenizer_config.json) whose do_lower_case and keep_accents "
-            "replace lower_case and strip_accents (continued pretraining normalises as its start did)"
+            "help": "a Hugging Face model folder (or its tokenizer_config.json) whose do_lower_case, keep_accents and "
+            "chinese_script replace the three (continued pretraining normalises as its start did)"
         },
     )
 
     def __post_init__(self) -> None:
         if self.max_sentence_words < 1:
             raise ValueError(f"max_sentence_words must be positive, got {self.max_sentence_words}")
+        self.normalizer  # noqa: B018 -- a misspelt chinese_script fails here, before any worker starts
 
     @property
     def normalizer(self) -> Normalizer:
-        return Normalizer(self.lower_case, self.strip_accents)
+        return Normalizer(self.lower_case, self.strip_accents, self.chinese_script)
 
     def resolved(self) -> SegmentConfig:
         """This config with ``normalization_from``'s switches in place of its own, read once here so that workers
@@ -75,7 +80,8 @@ class SegmentConfig:
         if not self.normalization_from:
             return self
         normalizer = hf_normalizer(self.normalization_from)
-        return dataclasses.replace(self, lower_case=normalizer.lower_case, strip_accents=normalizer.strip_accents)
+        switches = ("lower_case", "strip_accents", "chinese_script")
+        return dataclasses.replace(self, **{name: getattr(normalizer, name) for name in switches})
 
 
 class _SegmentFile(beam.DoFn):

@@ -168,6 +168,13 @@ def train_vocab(sentences_file: str, model_prefix: str, config: VocabConfig) -> 
         # A small corpus (under ~100 KB, e.g. BERT's sample text) cannot fill the default vocabulary: SentencePiece
         # says the largest size it supports, and a smaller vocabulary is what such a corpus should get anyway.
         limit = _TOO_HIGH.search(str(err))
+        characters = _TOO_FEW.search(str(err))
+        if characters:  # Chinese: thousands of characters, each a piece of its own
+            raise ValueError(
+                f"{sentences_file}: vocab.vocab_size {config.vocab_size} is below the {characters.group(1)} characters "
+                f"that character_coverage {config.character_coverage} keeps (with the special pieces); raise "
+                "vocab.vocab_size or lower vocab.character_coverage (docs/your-corpus.md, Chinese)"
+            ) from err
         if limit is None:
             raise ValueError(f"{sentences_file}: SentencePiece training failed: {err}") from err
         supported = int(limit.group(1))
@@ -186,6 +193,7 @@ def write_spiece(model: bytes, model_prefix: str, where: str) -> spm.SentencePie
 
 
 _TOO_HIGH = re.compile(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)")
+_TOO_FEW = re.compile(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)")
 
 
 def _train(sentences_file: str, config: VocabConfig, vocab_size: int) -> io.BytesIO:

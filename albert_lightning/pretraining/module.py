@@ -74,7 +74,7 @@ class AlbertPretraining(L.LightningModule):
         vocab_size: int = 30000,
         config_overrides: dict[str, Any] | None = None,
         inter_sentence: str = "sop",
-        normalizer: dict[str, bool] | None = None,
+        normalizer: dict[str, bool | str] | None = None,
         optimizer: str = "lamb",
         lr: float = 1e-3,
         weight_decay: float = 0.01,
