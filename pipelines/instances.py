@@ -37,11 +37,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.algorithms.batch_hashes import stable_hashes64
 from pipelines.algorithms.masked_pairs import Instances, Items, build_planned, plan_pairs
-from pipelines.algorithms.masking import MaskingConfig, TokenClasses
+from pipelines.algorithms.masking import WORD_SEGMENTERS, MaskingConfig, TokenClasses
 from pipelines.algorithms.sop import Documents, PairConfig
 from pipelines.algorithms.splits import SPLIT_KEY, HeldOutSplit
 from pipelines.algorithms.textnorm import Normalizer
 from pipelines.algorithms.vocab_layout import spiece_from_proto
+from pipelines.algorithms.word_segments import jieba_words, pieces_joins
 from pipelines.contracts.documents import finished_files, read_normalizer, require_deduped
 from pipelines.contracts.manifest import MANIFEST, SCHEMA_VERSION, SPIECE, SPLITS, Manifest, ShardInfo, shard_schema
 from pipelines.contracts.shards import ShardWriter, rows_table
@@ -65,6 +66,10 @@ class InstancesConfig(HeldOutSplit):
     ngram: int = field(default=3, metadata={"help": "longest masked span, in words"})
     favor_shorter_ngram: bool = field(default=True, metadata={"help": "p(n) proportional to 1/n"})
     inter_sentence: str = field(default="sop", metadata={"help": "sop | nsp | none"})
+    word_segmenter: str = field(
+        default="none",
+        metadata={"help": f"{' | '.join(WORD_SEGMENTERS)}: whose words a span covers in Chinese text (jieba: wwm)"},
+    )
     validation_dupe_factor: int = field(default=1, metadata={"help": "passes over each validation document"})
 
     def __post_init__(self) -> None:
@@ -76,7 +81,9 @@ class InstancesConfig(HeldOutSplit):
 
     @property
     def masking(self) -> MaskingConfig:
-        return MaskingConfig(self.masked_lm_prob, self.max_predictions_per_seq, self.ngram, self.favor_shorter_ngram)
+        return MaskingConfig(
+            self.masked_lm_prob, self.max_predictions_per_seq, self.ngram, self.favor_shorter_ngram, self.word_segmenter
+        )
 
 
 EVAL_OBJECTIVES = ("sop", "nsp")  # --eval_output's folders: the held-out documents paired each way
@@ -144,6 +151,8 @@ class _BuildShardsFn(beam.DoFn):
         self.sp = spiece_from_proto(files.read_bytes(self.spiece), self.spiece)
         self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
         self.knobs = [(o.config.pairs, o.config.masking) for o in self.outputs]  # built once per worker
+        # The outputs share one encoding of each file, and their config's word_segmenter (one stage config).
+        self.segmented = any(o.config.word_segmenter != "none" for o in self.outputs)
 
     def process(self, group: list[tuple[int, str]]) -> Iterator[tuple[int, ShardInfo]]:
         tables = [files.read_parquet(path, columns=["id", "sentences"]) for _, path in group]
@@ -184,11 +193,12 @@ class _BuildShardsFn(beam.DoFn):
         # takes UTF-8 bytes as it takes str, and bytes objects cost Arrow no decoding to make.
         flat = [pc.list_flatten(sentences).cast(pa.binary()) for sentences in files_sentences]
         texts = [text for texts in flat for text in texts.to_pylist()]
+        encode = _encode_segmented if self.segmented else _encode_ids
         encoded = [
-            _encode_ids(self.sp, texts[start : start + ENCODE_SENTENCES])
+            encode(self.sp, texts[start : start + ENCODE_SENTENCES])
             for start in range(0, max(len(texts), 1), ENCODE_SENTENCES)  # one call for none, for empty arrays
         ]
-        tokens, lengths = (np.concatenate(parts) for parts in zip(*encoded, strict=True))
+        tokens, lengths, *joins = (np.concatenate(parts) for parts in zip(*encoded, strict=True))
         # File f holds sentences sentence_bounds[f]:sentence_bounds[f + 1], and so tokens token_bounds[f]:…
         sentence_bounds = np.cumsum([0, *map(len, flat)])
         token_bounds = np.concatenate([[0], np.cumsum(lengths)])[sentence_bounds]
@@ -197,6 +207,7 @@ class _BuildShardsFn(beam.DoFn):
                 tokens[token_bounds[f] : token_bounds[f + 1]],
                 lengths[sentence_bounds[f] : sentence_bounds[f + 1]],
                 pc.list_value_length(sentences).to_numpy(),
+                joins[0][token_bounds[f] : token_bounds[f + 1]] if joins else None,
             )
             for f, sentences in enumerate(files_sentences)
         ]
@@ -221,6 +232,8 @@ def _table(schema: pa.Schema, built: Instances, items: Items) -> pa.Table:
         "masked_lm_positions": (built.masked.offsets, built.masked.positions),
         "masked_lm_ids": (built.masked.offsets, built.masked.labels),
     }
+    if built.joins is not None:
+        lists["joins_word"] = (built.offsets, built.joins)
     scalars = {
         "sentence_order_label": built.sentence_order_label,
         "document_id": items.document_id.take(built.item),
@@ -243,6 +256,21 @@ def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str] | list[bytes]) 
     sink = io.BytesIO()
     sizes = np.fromiter(map(sink.write, buffers), np.int64, len(buffers))
     return np.frombuffer(sink.getbuffer(), dtype=np.int32), sizes // 4  # pieces, not bytes
+
+
+def _encode_segmented(
+    sp: spm.SentencePieceProcessor, texts: list[bytes]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns what ``_encode_ids`` does, and each piece's ``piece_joins`` (int8): whether it continues a jieba
+    word. The pieces' offsets come from SentencePiece's proto output, a slower call made only here."""
+    tokens, lengths = _encode_ids(sp, texts)
+    decoded = [text.decode("utf-8") for text in texts]
+    begins = np.fromiter(
+        (piece.begin for proto in sp.encode(decoded, return_type="proto") for piece in proto.pieces),
+        np.int64,
+        len(tokens),
+    )
+    return tokens, lengths, pieces_joins(decoded, begins, lengths)
 
 
 RUN_TOKENS = 1 << 18  # tokens of the rows laid out and masked at once: ~20 MB of working arrays
@@ -347,7 +375,10 @@ def run(argv: list[str] | None = None) -> Manifest:
     spiece_bytes = files.read_bytes(spiece)
     vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
     config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
-    outputs = _outputs(config, output, eval_output, len(inputs), shard_schema(vocab_size, config.max_seq_length))
+    if config.word_segmenter == "jieba":
+        jieba_words("")  # jieba installed, its dictionary the pinned one: checked before any worker starts
+    schema = shard_schema(vocab_size, config.max_seq_length, config.word_segmenter)
+    outputs = _outputs(config, output, eval_output, len(inputs), schema)
     with contextlib.ExitStack() as owning:
         # Stale shards of an earlier run with more files go too, so each folder holds this run alone.
         for o in outputs:

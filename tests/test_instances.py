@@ -126,7 +126,8 @@ def test_a_group_of_files_encodes_to_each_files_own_documents(
     for grouped, column in zip(fn._encode(columns), columns, strict=True):
         (alone,) = fn._encode([column])
         assert len(grouped.document_offsets) == len(column) + 1
-        for got, want in zip(grouped, alone, strict=True):
+        assert grouped.joins is None and alone.joins is None  # no word segmenter
+        for got, want in zip(grouped[:3], alone[:3], strict=True):
             assert got.tolist() == want.tolist()
 
 

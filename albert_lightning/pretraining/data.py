@@ -36,6 +36,7 @@ __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
 
 MASKING_MODES = ("static", "dynamic")
 LIST_COLUMNS = ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids")
+JOINS = "joins_word"  # the list column of shards whose words a segmenter made (manifest.shard_schema)
 IGNORE_INDEX = -100  # label of padded prediction slots: cross_entropy skips it
 
 
@@ -52,6 +53,7 @@ class Rows:
     prediction_offsets: np.ndarray
     sentence_order_label: np.ndarray
     index: np.ndarray  # the rows' global indices in the split
+    joins_word: np.ndarray | None = None  # laid out as input_ids, when a word segmenter made the shards' words
 
     def __len__(self) -> int:
         return len(self.index)
@@ -76,7 +78,7 @@ class Rows:
         return cls(
             columns["input_ids"], columns["token_type_ids"], _offsets(map(len, pieces["input_ids"])),
             columns["masked_lm_positions"], columns["masked_lm_ids"], _offsets(map(len, pieces["masked_lm_positions"])),
-            np.asarray(labels), np.asarray(index),
+            np.asarray(labels), np.asarray(index), columns.get(JOINS),
         )  # fmt: skip
 
     @classmethod
@@ -101,7 +103,7 @@ class _Shard:
         table = open_shard(path, schema).combine_chunks()  # the contract's reader: names the file, checks the schema
         self.rows = table.num_rows
         self.lists = {}
-        for name in LIST_COLUMNS:
+        for name in (*LIST_COLUMNS, JOINS) if JOINS in schema.names else LIST_COLUMNS:
             column = table.column(name).chunk(0) if table.num_rows else None
             offsets = column.offsets.to_numpy() if column is not None else np.zeros(1, np.int32)
             values = column.values.to_numpy() if column is not None else np.zeros(0, np.int64)
@@ -152,7 +154,8 @@ class ShardDataset(Dataset):
         epochs, indices = pairs[:, 0], pairs[:, 1]
         shard_of = np.searchsorted(self.starts, indices, side="right") - 1
         local = indices - self.starts[shard_of]
-        pieces: dict[str, list[np.ndarray]] = {name: [] for name in LIST_COLUMNS}
+        columns = (*LIST_COLUMNS, JOINS) if JOINS in self.manifest.schema.names else LIST_COLUMNS
+        pieces: dict[str, list[np.ndarray]] = {name: [] for name in columns}
         labels = np.empty(len(keys), dtype=np.int8)
         for i, (shard, row) in enumerate(zip(shard_of.tolist(), local.tolist(), strict=True)):
             # Views of the memory-mapped columns; the concatenation below is the one copy.
@@ -171,7 +174,7 @@ class ShardDataset(Dataset):
         row_start = np.repeat(rows.offsets[:-1], predictions)
         original[row_start + rows.masked_lm_positions] = rows.masked_lm_ids
         keys = mix_keys(mix_keys(self._key, epochs.astype(np.uint64)), rows.index.astype(np.uint64))
-        masked = mask_batch(original, rows.offsets, keys, self._classes, self.manifest.masking)
+        masked = mask_batch(original, rows.offsets, keys, self._classes, self.manifest.masking, rows.joins_word)
         rows.input_ids, rows.masked_lm_positions, rows.masked_lm_ids = masked.input_ids, masked.positions, masked.labels
         rows.prediction_offsets = masked.offsets
 
@@ -315,7 +318,7 @@ class ShardDataModule(L.LightningDataModule):
         return self.manifest.spiece_sha256
 
     @property
-    def normalizer(self) -> dict[str, bool]:
+    def normalizer(self) -> dict[str, bool | str]:
         """How the shards' text was normalised (``textnorm.Normalizer``'s fields), for fine-tuning and export."""
         return dataclasses.asdict(self.manifest.normalizer)
 

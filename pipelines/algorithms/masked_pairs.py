@@ -42,6 +42,7 @@ class Instances:
     token_type_ids: np.ndarray  # int8, laid out as input_ids: 0 for [CLS] A [SEP], 1 for B [SEP]
     num_a: np.ndarray  # tokens of [CLS] A [SEP]
     masked: MaskedBatch  # predictions: positions, original tokens, and the span-length draws
+    joins: np.ndarray | None  # int8, laid out as input_ids, when the documents carry a segmenter's words
     sentence_order_label: np.ndarray
     target_length: np.ndarray
     item: np.ndarray  # which input item each row comes from
@@ -108,13 +109,18 @@ def build_planned(documents: Documents, plan: PairPlan, masking: MaskingConfig, 
     offsets, num_a = _row_offsets(plan)
     tokens, types = np.empty(offsets[-1], dtype=np.int64), np.empty(offsets[-1], dtype=np.int8)
     _lay_out(documents.tokens, *plan.spans[:4], offsets, tokens, types)
-    masked = mask_batch(tokens, offsets, plan.keys, classes, masking)
+    joins = None
+    if documents.joins is not None:
+        joins = np.zeros(offsets[-1], dtype=np.int8)  # 0 at the specials: a word never continues across one
+        _lay_out_joins(documents.joins, *plan.spans[:4], offsets, joins)
+    masked = mask_batch(tokens, offsets, plan.keys, classes, masking, joins)
     return Instances(
         input_ids=masked.input_ids,
         offsets=offsets,
         token_type_ids=types,
         num_a=num_a,
         masked=masked,
+        joins=joins,
         sentence_order_label=plan.spans.label,
         target_length=plan.spans.target_length,
         item=plan.spans.item,
@@ -146,6 +152,17 @@ def _lay_out(source, first_lo, first_hi, second_lo, second_hi, offsets, tokens, 
         tokens[split : end - 1] = source[second_lo[r] : second_hi[r]]
         tokens[end - 1] = SEP_ID
         types[start:split], types[split:end] = 0, 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _lay_out_joins(source, first_lo, first_hi, second_lo, second_hi, offsets, out):
+    """Writes the joins of row r's tokens where ``_lay_out`` writes them; the first token of each segment joins
+    nothing, as it follows a special (its word's start may have been cut off with the segment's start)."""
+    for r in range(len(first_lo)):
+        start, split, end = offsets[r], offsets[r] + 2 + first_hi[r] - first_lo[r], offsets[r + 1]
+        out[start + 1 : split - 1] = source[first_lo[r] : first_hi[r]]
+        out[split : end - 1] = source[second_lo[r] : second_hi[r]]
+        out[start + 1] = out[split] = 0
 
 
 def document_instances(

@@ -8,6 +8,9 @@ prediction budget, skipped when it overlaps a chosen span; each chosen token bec
 - word starts are found for every script: a piece starting with "▁", a CJK character or punctuation starts a
   word, and so does any piece after one ending in CJK or punctuation, so each CJK character is a word
   (the reference counts every non-ASCII piece as a word start: google-research/albert issue 161);
+- a word segmenter may join pieces the vocabulary would start words at: ``joins`` marks each token that
+  continues the word of the token before it (a jieba word's later characters, ``word_segments``), which is
+  Chinese whole word masking (ymcui/Chinese-BERT-wwm); without it each CJK character is a word, as above;
 - a bare "▁" is the space of the word after it (SentencePiece writes " (" as "▁", "(" when "▁(" is not in the
   vocabulary), so the next piece joins its word even when it would start a word of its own. The reference's
   per-piece start test (which misgroups pieces, google-research/albert issue 161) makes "▁" a word alone;
@@ -36,7 +39,19 @@ import numpy as np
 from pipelines.algorithms.seeding import uniform
 from pipelines.algorithms.vocab_layout import MASK_ID, NUM_SPECIAL
 
-__all__ = ["MaskedBatch", "MaskedTokens", "MaskingConfig", "TokenClasses", "is_cjk", "mask_batch", "mask_ngrams"]
+__all__ = [
+    "CJK_RANGES",
+    "WORD_SEGMENTERS",
+    "MaskedBatch",
+    "MaskedTokens",
+    "MaskingConfig",
+    "TokenClasses",
+    "is_cjk",
+    "mask_batch",
+    "mask_ngrams",
+]
+
+WORD_SEGMENTERS = ("none", "jieba")  # implemented in word_segments.py
 
 # Streams of a row key's draws (seeding.uniform): what each number decides.
 ORDER, SPAN_LENGTH, MASK_OR_NOT, RANDOM_OR_KEEP, RANDOM_TOKEN = (np.uint64(s) for s in range(5))
@@ -48,8 +63,13 @@ class MaskingConfig:
     max_predictions_per_seq: int = 20  # the cap; the paper uses 20 at length 512
     ngram: int = 3  # longest span in words
     favor_shorter_ngram: bool = True  # p(n) ∝ 1/n; False reverses it (the reference flag)
+    # Whose words the spans cover: "none" the vocabulary's (each CJK character a word), "jieba" jieba's words of
+    # Chinese text; the shards then carry them per token (joins_word), so dynamic masking draws over the same words.
+    word_segmenter: str = "none"
 
     def __post_init__(self) -> None:
+        if self.word_segmenter not in WORD_SEGMENTERS:
+            raise ValueError(f"word_segmenter={self.word_segmenter!r}: choose one of {', '.join(WORD_SEGMENTERS)}")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise ValueError(f"masked_lm_prob={self.masked_lm_prob}: must lie in (0, 1)")
         if self.ngram < 1 or self.max_predictions_per_seq < 1:
@@ -66,17 +86,21 @@ class MaskingConfig:
         return np.minimum(self.max_predictions_per_seq, wanted).astype(np.int64)
 
 
+# Scripts written without spaces between words, as (first, last) code points.
+CJK_RANGES = (
+    (0x3000, 0x30FF),  # CJK punctuation, Hiragana, Katakana
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0xFF00, 0xFFEF),  # full-width forms, e.g. ！？
+    (0x20000, 0x2FA1F),
+)
+
+
 def is_cjk(char: str) -> bool:
     """True for characters of scripts written without spaces between words (Han, kana, CJK punctuation)."""
     code = ord(char)
-    return (
-        0x3000 <= code <= 0x30FF  # CJK punctuation, Hiragana, Katakana
-        or 0x3400 <= code <= 0x4DBF
-        or 0x4E00 <= code <= 0x9FFF
-        or 0xF900 <= code <= 0xFAFF
-        or 0xFF00 <= code <= 0xFFEF  # full-width forms, e.g. ！？
-        or 0x20000 <= code <= 0x2FA1F
-    )
+    return any(first <= code <= last for first, last in CJK_RANGES)
 
 
 def _is_boundary_char(char: str) -> bool:
@@ -107,18 +131,21 @@ class TokenClasses:
         arrays = (np.array(flags, dtype=bool) for flags in (starts, ends, bare))
         return cls(len(pieces), mask_id, num_special, *arrays)
 
-    def words(self, tokens: Sequence[int]) -> list[tuple[int, int, int]]:
+    def words(self, tokens: Sequence[int], joins: Sequence[int] | None = None) -> list[tuple[int, int, int]]:
         """Returns one sequence's candidate words as (first position, end position, run).
 
         A word is a contiguous range of pieces; specials are never candidates and end a run, so a span of
         consecutive words of one run is a contiguous range that never crosses ``[SEP]``. A bare "▁" and the
-        piece after it are one word.
+        piece after it are one word, and so is a token with ``joins`` set and the one before it; a word that
+        joins a special (an ``<unk>`` character inside a jieba word) is no candidate at all.
         """
         tokens = np.asarray(tokens, dtype=np.int64)
+        joins = _joins(joins, len(tokens))
         first, end, run = (np.empty(len(tokens), dtype=np.int64) for _ in range(3))
         count = _row_words(
-            tokens, 0, len(tokens), self.starts_word, self.ends_word, self.bare_space, self.num_special, first, end, run
-        )
+            tokens, joins, 0, len(tokens), self.starts_word, self.ends_word, self.bare_space, self.num_special, first,
+            end, run,
+        )  # fmt: skip
         return list(zip(first[:count].tolist(), end[:count].tolist(), run[:count].tolist(), strict=True))
 
 
@@ -134,7 +161,12 @@ class MaskedBatch:
 
 
 def mask_batch(
-    tokens: np.ndarray, offsets: np.ndarray, keys: np.ndarray, classes: TokenClasses, config: MaskingConfig
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    keys: np.ndarray,
+    classes: TokenClasses,
+    config: MaskingConfig,
+    joins: np.ndarray | None = None,
 ) -> MaskedBatch:
     """Chooses whole-word n-gram spans of every row to predict and applies 80/10/10 replacement.
 
@@ -144,8 +176,11 @@ def mask_batch(
         keys: [rows] uint64; all of a row's draws come from its key (``seeding.uniform``).
         classes: the vocabulary's word-start facts and special ids.
         config: budget and span-length distribution.
+        joins: laid out as ``tokens``, nonzero where a token continues the word of the one before it (a word
+            segmenter's words); None: the vocabulary's word starts alone.
     """
     tokens, offsets = np.asarray(tokens, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
+    joins = _joins(joins, len(tokens))
     keys = np.asarray(keys, dtype=np.uint64)
     if len(keys) != len(offsets) - 1:
         raise ValueError(f"{len(keys)} keys for {len(offsets) - 1} rows")
@@ -156,12 +191,21 @@ def mask_batch(
     row_ends = np.empty(len(keys), dtype=np.int64)
     draws = np.empty((len(tokens), 2), dtype=np.int64)  # a word is a candidate at most once
     predictions, considered = _mask_rows(
-        tokens, offsets, keys, budget, _length_steps(config.ngram_weights), classes.starts_word, classes.ends_word,
-        classes.bare_space, classes.num_special, classes.vocab_size, classes.mask_id, output, positions, labels,
-        row_ends, draws,
+        tokens, joins, offsets, keys, budget, _length_steps(config.ngram_weights), classes.starts_word,
+        classes.ends_word, classes.bare_space, classes.num_special, classes.vocab_size, classes.mask_id, output,
+        positions, labels, row_ends, draws,
     )  # fmt: skip
     row_offsets = np.concatenate([[0], row_ends])
     return MaskedBatch(output, row_offsets, positions[:predictions], labels[:predictions], draws[:considered])
+
+
+def _joins(joins: Sequence[int] | np.ndarray | None, length: int) -> np.ndarray:
+    if joins is None:
+        return np.zeros(length, dtype=np.int8)
+    joins = np.asarray(joins, dtype=np.int8)
+    if len(joins) != length:
+        raise ValueError(f"{len(joins)} joins for {length} tokens")
+    return joins
 
 
 def _length_steps(weights: list[float]) -> np.ndarray:
@@ -179,18 +223,27 @@ def _length_steps(weights: list[float]) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _row_words(tokens, lo, hi, starts_word, ends_word, bare_space, num_special, first, end, run):
+def _row_words(tokens, joins, lo, hi, starts_word, ends_word, bare_space, num_special, first, end, run):
     """Writes the words of ``tokens[lo:hi]`` to first/end/run (positions relative to lo); returns their count."""
     count, current_run, in_word, previous_ends, previous_bare = 0, 0, False, True, False
+    interrupted = False  # a special (an <unk> character) joins the word in progress: none of it is a candidate
     for p in range(lo, hi):
         token = tokens[p]
         if token < num_special:
             if in_word:
-                end[count - 1] = p - lo
+                if joins[p]:
+                    count -= 1  # a word that holds a special cannot be masked whole, so it is not masked at all
+                else:
+                    end[count - 1] = p - lo
             current_run, in_word, previous_ends, previous_bare = current_run + 1, False, True, False
+            interrupted = True
             continue
+        if interrupted and joins[p]:  # the rest of a word holding a special
+            previous_ends, previous_bare = ends_word[token], bare_space[token]
+            continue
+        interrupted = False
         # After a bare "▁" the piece is the rest of the word that space began, even "(" or a CJK character.
-        if not in_word or (not previous_bare and (previous_ends or starts_word[token])):
+        if not in_word or (not previous_bare and not joins[p] and (previous_ends or starts_word[token])):
             if in_word:
                 end[count - 1] = p - lo
             first[count], run[count] = p - lo, current_run
@@ -203,8 +256,8 @@ def _row_words(tokens, lo, hi, starts_word, ends_word, bare_space, num_special, 
 
 @numba.njit(cache=True, nogil=True)
 def _mask_rows(
-    tokens, offsets, keys, budget, steps, starts_word, ends_word, bare_space, num_special, vocab_size, mask_id,
-    output, positions, labels, row_ends, draws,
+    tokens, joins, offsets, keys, budget, steps, starts_word, ends_word, bare_space, num_special, vocab_size,
+    mask_id, output, positions, labels, row_ends, draws,
 ):  # fmt: skip
     """Masks every row into output/positions/labels; returns (predictions written, draws recorded)."""
     ngram = steps.shape[0] - 1
@@ -215,7 +268,7 @@ def _mask_rows(
     predictions = considered = 0
     for row in range(len(keys)):
         lo, hi, key = offsets[row], offsets[row + 1], keys[row]
-        count = _row_words(tokens, lo, hi, starts_word, ends_word, bare_space, num_special, first, end, run)
+        count = _row_words(tokens, joins, lo, hi, starts_word, ends_word, bare_space, num_special, first, end, run)
         for w in range(count - 1, -1, -1):  # the longest span from each word: up to ngram words of its run
             same_run = w + 1 < count and run[w + 1] == run[w]
             available[w] = min(ngram, available[w + 1] + 1) if same_run else 1
@@ -277,8 +330,11 @@ class MaskedTokens:
     draws: list[tuple[int, int]] = field(default_factory=list)  # (drawn n, longest n available): for tests
 
 
-def mask_ngrams(tokens: Sequence[int], classes: TokenClasses, config: MaskingConfig, key: int) -> MaskedTokens:
+def mask_ngrams(
+    tokens: Sequence[int], classes: TokenClasses, config: MaskingConfig, key: int, joins: Sequence[int] | None = None
+) -> MaskedTokens:
     """Masks one sequence: ``mask_batch`` of a single row with uint64 ``key``."""
-    batch = mask_batch(np.asarray(tokens), np.array([0, len(tokens)]), np.array([key], np.uint64), classes, config)
+    row = np.array([0, len(tokens)])
+    batch = mask_batch(np.asarray(tokens), row, np.array([key], np.uint64), classes, config, joins)
     draws = [(int(n), int(a)) for n, a in batch.draws]
     return MaskedTokens(batch.input_ids.tolist(), batch.positions.tolist(), batch.labels.tolist(), draws)

@@ -67,10 +67,15 @@ class Documents(NamedTuple):
     tokens: np.ndarray  # int32 piece ids, every sentence end to end
     sentence_offsets: np.ndarray  # int64 [sentences + 1]
     document_offsets: np.ndarray  # int64 [documents + 1]
+    joins: np.ndarray | None = None  # int8 as tokens: 1 where a piece continues a segmenter's word (word_segments)
 
     @classmethod
     def from_lengths(
-        cls, tokens: np.ndarray, sentence_lengths: np.ndarray, sentences_per_document: np.ndarray
+        cls,
+        tokens: np.ndarray,
+        sentence_lengths: np.ndarray,
+        sentences_per_document: np.ndarray,
+        joins: np.ndarray | None = None,
     ) -> Documents:
         """Lays out the sentences of ``tokens`` (end to end, ``sentence_lengths`` pieces each), each document's
         sentences consecutive, ``sentences_per_document`` of them."""
@@ -78,7 +83,8 @@ class Documents(NamedTuple):
         document_offsets = np.zeros(len(sentences_per_document) + 1, dtype=np.int64)
         np.cumsum(sentence_lengths, out=sentence_offsets[1:])
         np.cumsum(sentences_per_document, out=document_offsets[1:])
-        return cls(np.asarray(tokens, dtype=np.int32), sentence_offsets, document_offsets)
+        joins = None if joins is None else np.asarray(joins, dtype=np.int8)
+        return cls(np.asarray(tokens, dtype=np.int32), sentence_offsets, document_offsets, joins)
 
     @classmethod
     def from_segments(cls, documents: Sequence[Sequence[Segment]]) -> Documents:

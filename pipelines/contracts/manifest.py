@@ -43,10 +43,14 @@ SPIECE = "spiece.model"  # copied into the shard folder, so shards and the vocab
 SPLITS = ("train", "validation")
 
 
-def shard_schema(vocab_size: int, max_seq_length: int) -> pa.Schema:
-    """Returns the Arrow schema of shards for a vocabulary and sequence length (ids in the narrowest type)."""
+def shard_schema(vocab_size: int, max_seq_length: int, word_segmenter: str = "none") -> pa.Schema:
+    """Returns the Arrow schema of shards for a vocabulary and sequence length (ids in the narrowest type), with
+    the ``joins_word`` column when a word segmenter made the words."""
     id_type = pa.uint16() if vocab_size <= 1 << 16 else pa.uint32()
     position_type = pa.int16() if max_seq_length <= 1 << 15 else pa.int32()
+    # 1 where a token continues the segmenter's word of the token before it (masking.mask_batch's joins), laid out
+    # as input_ids; int8 as token_type_ids are, so the writer's byte-stable batching handles it alike.
+    joins = [pa.field("joins_word", pa.list_(pa.int8()), nullable=False)] if word_segmenter != "none" else []
     return pa.schema(
         [
             pa.field("input_ids", pa.list_(id_type), nullable=False),  # [CLS] A [SEP] B [SEP], masks applied
@@ -58,6 +62,7 @@ def shard_schema(vocab_size: int, max_seq_length: int) -> pa.Schema:
             pa.field("document_id", pa.string(), nullable=False),
             pa.field("duplicate", pa.int16(), nullable=False),
             pa.field("target_length", pa.int16(), nullable=False),
+            *joins,
         ]
     )
 
@@ -108,7 +113,7 @@ class Manifest:
 
     @property
     def schema(self) -> pa.Schema:
-        return shard_schema(self.vocab_size, self.max_seq_length)
+        return shard_schema(self.vocab_size, self.max_seq_length, self.masking.word_segmenter)
 
     def split(self, split: str) -> list[ShardInfo]:
         return [s for s in self.shards if s.split == split]
@@ -226,9 +231,17 @@ def _record(cls: type, body: Any, where: str) -> Any:
     """Returns the dataclass ``cls`` of a JSON object holding exactly its fields, each of its scalar type."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]
-    if set(_scalar(body, dict, where)) != set(names):
-        raise ValueError(f"{where}: fields {sorted(set(body) ^ set(names))} missing or unknown")
-    return cls(**{name: _scalar(body[name], hints[name], f"{where}.{name}") for name in names})
+    # A field added since schema_version 1 may be absent: the manifest was written before it existed, and meant
+    # its default.
+    required = set(names) - ADDED_FIELDS
+    given = set(_scalar(body, dict, where))
+    if not required <= given <= set(names):
+        raise ValueError(f"{where}: fields {sorted((required - given) | (given - set(names)))} missing or unknown")
+    return cls(**{name: _scalar(body[name], hints[name], f"{where}.{name}") for name in names if name in given})
+
+
+# Fields of the manifest's records added after its schema_version was last raised, each with a default.
+ADDED_FIELDS = frozenset({"word_segmenter", "chinese_script"})
 
 
 def _shard_entries(entries: list[Any]) -> list[ShardInfo]:
