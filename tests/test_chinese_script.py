@@ -68,23 +68,65 @@ def test_a_traditional_corpus_segments_to_simplified_sentences_and_the_record_sa
     assert stats["normalizer"]["chinese_script"] == "simplified"
 
 
-def test_an_exported_tokenizer_records_the_conversion_and_transformers_loads_it(tmp_path: Path) -> None:
-    from transformers import AutoTokenizer
-
-    lines = [line for p in sorted(FIXTURE.glob("*/*.txt")) for line in p.read_text(encoding="utf-8").splitlines()]
+@pytest.fixture(scope="module")
+def zh_spiece(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A vocabulary trained on the fixture's simplified text, in ALBERT's id layout."""
+    folder = tmp_path_factory.mktemp("zh_vocab")
     normalizer = Normalizer(chinese_script="simplified")
-    model = tmp_path / "spiece.model"
+    lines = [line for p in sorted(FIXTURE.glob("*/*.txt")) for line in p.read_text(encoding="utf-8").splitlines()]
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([normalizer(line) for line in lines if line]), model_prefix=str(tmp_path / "spiece"),
+        sentence_iterator=iter([normalizer(line) for line in lines if line]), model_prefix=str(folder / "spiece"),
         vocab_size=2500, character_coverage=0.9995, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
         control_symbols=["[CLS]", "[SEP]", "[MASK]"], normalization_rule_name="identity", minloglevel=2,
     )  # fmt: skip
-    sp = spm.SentencePieceProcessor(model_file=str(model))
+    return folder / "spiece.model"
+
+
+def test_an_exported_tokenizer_records_the_conversion_and_transformers_loads_it(tmp_path: Path, zh_spiece) -> None:
+    from transformers import AutoTokenizer
+
+    normalizer = Normalizer(chinese_script="simplified")
+    sp = spm.SentencePieceProcessor(model_file=str(zh_spiece))
     folder = tmp_path / "export"
     folder.mkdir()
-    write_tokenizer(sp, model, folder, 64, normalizer)
+    write_tokenizer(sp, zh_spiece, folder, 64, normalizer)
     assert hf_normalizer(folder) == normalizer  # fine-tuning from the export converts as pretraining did
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     text = "却說張飛拍馬趕到關下，不得進而回。"
     # transformers has no conversion step: its user converts first, and then gets our pipeline's ids.
     assert tokenizer(normalizer(text), add_special_tokens=False)["input_ids"] == sp.encode(normalizer(text))
+
+
+PAIRS = [
+    ("話說天下大勢，分久必合，合久必分。", "周末七國分爭，並入於秦。"),
+    ("却说张飞拍马赶到关下，不得进而回。", "此开卷第一回也。"),
+    ("宝玉听了，忙问：“这是什么话？”", None),
+]
+
+
+def test_an_exported_chinese_model_gives_transformers_our_ids_and_logits(tmp_path: Path, zh_spiece) -> None:
+    import torch
+    import transformers
+
+    from albert_lightning.evaluation.finetuning import Encoder
+    from albert_lightning.interop.hf import export_hf
+    from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+
+    normalizer = Normalizer(chinese_script="simplified")
+    torch.manual_seed(0)
+    vocab = spm.SentencePieceProcessor(model_file=str(zh_spiece)).get_piece_size()
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=vocab)).eval()
+    folder = export_hf(model, model.config, tmp_path / "export", str(zh_spiece), normalizer)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    theirs = transformers.AlbertForPreTraining.from_pretrained(folder).eval()
+    encode = Encoder(zh_spiece, model.config.max_position_embeddings, hf_normalizer(folder))
+    for a, b in PAIRS:
+        input_ids, token_type_ids = encode(a, b)
+        assert 1 not in input_ids  # every character of the pairs is in the vocabulary (1: <unk>)
+        converted = (normalizer(a), None if b is None else normalizer(b))
+        batch = tokenizer(*[t for t in converted if t is not None], return_tensors="pt")
+        assert batch["input_ids"][0].tolist() == input_ids and batch["token_type_ids"][0].tolist() == token_type_ids
+        with torch.no_grad():
+            ours, expected = model(**batch), theirs(**batch)
+        torch.testing.assert_close(ours.prediction_logits, expected.prediction_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours.sop_logits, expected.sop_logits, atol=1e-5, rtol=1e-5)
