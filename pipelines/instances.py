@@ -258,9 +258,7 @@ def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str] | list[bytes]) 
     return np.frombuffer(sink.getbuffer(), dtype=np.int32), sizes // 4  # pieces, not bytes
 
 
-def _encode_segmented(
-    sp: spm.SentencePieceProcessor, texts: list[bytes]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _encode_segmented(sp: spm.SentencePieceProcessor, texts: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns what ``_encode_ids`` does, and each piece's ``piece_joins`` (int8): whether it continues a jieba
     word. The pieces' offsets come from SentencePiece's proto output, a slower call made only here."""
     tokens, lengths = _encode_ids(sp, texts)
