@@ -7,8 +7,9 @@ bootstrap interval over seeds and dev examples, and (c) the majority class (or t
 scores of the checkpoint on held-out shards (MLM accuracy, and SOP or NSP accuracy by the shards' kind: the
 columns of the paper's Table 5). Tasks are the tasks stage's folder (``data/tasks``: each task it wrote, whatever
 its name; ``inputs.expand_tasks``), task folders of your own, GLUE task names (GLUE's or Hugging Face's spelling)
-read from ``glue_dir``, or reading comprehension (``reading/runner.py``): ``squad1``/``squad2`` from ``squad_dir``,
-``race`` from ``race_dir`` and span tasks in SQuAD's layout (the embedded default's ``data/tasks/returns``). With
+read from ``glue_dir``, CLUE's tasks from ``clue_dir`` (``clue_files``), or reading comprehension
+(``reading/runner.py``): ``squad1``/``squad2`` from ``squad_dir``, ``race`` from ``race_dir``, ``cmrc2018``/``c3``
+from ``clue_dir`` and span tasks in SQuAD's layout (the embedded default's ``data/tasks/returns``). With
 no task (a corpus without labels) the report says how to add one. Knobs: the ``evaluate`` section of
 ``params.yaml``, each also a ``--flag``.
 
@@ -16,7 +17,7 @@ Every input (vocabulary, checkpoint, every file of every task) is read before th
 outputs (see ``report.py``) are rewritten after each task, so a failure keeps the tasks already done. Every
 dev prediction of every run lands in ``predictions/<task>/<split>.jsonl``, so a score can be checked by hand and
 runs compared pairwise; one audited run (``evaluate_task`` says which) also predicts the test splits, whose
-predictions files and, for GLUE, leaderboard files (``glue_submission/``) it writes.
+predictions files and, for GLUE and CLUE, leaderboard files (``glue_submission/``, ``clue_submission/``) it writes.
 """
 
 from __future__ import annotations

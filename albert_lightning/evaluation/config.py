@@ -14,7 +14,9 @@ class EvaluateConfig:
 
     tasks: list[str] = dataclasses.field(
         default_factory=lambda: ["data/tasks"],
-        metadata={"help": "the tasks stage's folder (its every task), task folders, GLUE names, squad1/2, race"},
+        metadata={
+            "help": "the tasks stage's folder (its every task), task folders, GLUE or CLUE names, squad1/2, race"
+        },
     )
     glue_dir: str | None = dataclasses.field(
         default=None, metadata={"help": "folder of GLUE's task folders, which names like CoLA are read from"}
@@ -80,6 +82,9 @@ class EvaluateConfig:
         default=None, metadata={"help": "folder of SQuAD's official files (tasks squad1, squad2)"}
     )
     race_dir: str | None = dataclasses.field(default=None, metadata={"help": "folder of the RACE data (task race)"})
+    clue_dir: str | None = dataclasses.field(
+        default=None, metadata={"help": "folder of CLUE's <task>_public folders (tasks tnews … cmrc2018, c3)"}
+    )
     doc_stride: int = dataclasses.field(
         default=128, metadata={"help": "context pieces between reading windows' starts (the reference's)"}
     )

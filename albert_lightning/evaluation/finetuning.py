@@ -40,6 +40,7 @@ __all__ = [
     "Encoder",
     "finetune_trainer",
     "load_encoder",
+    "mask_padded_options",
     "random_encoder",
     "run_finetuning",
     "show_run",
@@ -207,6 +208,12 @@ def make_loader(
     )
 
 
+def mask_padded_options(logits: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Option scores [B, options] with each padded option (one attending to no token, [B, options, T]) at the
+    lowest value: a question with fewer options than its batch's most (C3) can neither choose nor learn one."""
+    return logits.masked_fill(~attention_mask.bool().any(-1), torch.finfo(logits.dtype).min)
+
+
 class AlbertFineTuning(L.LightningModule):
     """Fine-tuning the encoder with a task head (``heads.HEADS``).
 
@@ -260,6 +267,8 @@ class AlbertFineTuning(L.LightningModule):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = self.network(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        if self.hparams.head == "choice":
+            return mask_padded_options(logits, batch["attention_mask"])
         return logits.squeeze(-1) if self._regression else logits
 
     def _loss(self, logits: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 ``expand_tasks`` turns ``evaluate.tasks`` into task names: a folder the tasks stage wrote (its ``stats.json``
 lists its ``tasks``) becomes its task folders in that list's order, whatever the corpus named them, and any
-other name (a task folder of your own, a GLUE name, ``squad1``, ``squad2``, ``race``) is kept as it is. A tasks
+other name (a task folder of your own, a GLUE or CLUE name, ``squad1``, ``squad2``, ``race``) is kept as it is. A tasks
 folder with no task gives its ``reason`` instead, which ``no_task_note`` turns into the report's note: the
 evaluation then scores the held-out intrinsic sets alone. ``read_task`` reads every file of one task,
 ``read_leakage`` the leakage stage's metrics and ``load_checkpoint`` the network, so a bad input fails in seconds,
@@ -39,7 +39,8 @@ TASKS_STATS = "stats.json"  # the tasks stage's record of the tasks it wrote (pi
 HOW_TO_ADD = (
     "to add one, set tasks.label_field in params.yaml (a JSON Lines key or Parquet column of your corpus, or "
     "'folder' for texts sorted into one folder per class) and rerun the pipeline, or name GLUE tasks in "
-    "evaluate.tasks with evaluate.glue_dir (squad1, squad2, race with squad_dir, race_dir)"
+    "evaluate.tasks with evaluate.glue_dir (squad1, squad2, race with squad_dir, race_dir; CLUE's tnews, iflytek, "
+    "afqmc, ocnli, cmnli, csl, cluewsc2020, cmrc2018, c3 with clue_dir)"
 )
 
 # split → where it was read from, and its examples: every file of a task, read once
@@ -99,7 +100,7 @@ def check_task(name: str, config: EvaluateConfig, task_config: dict[str, Any]) -
     Raises:
         TaskDataError: An unknown name (with the name probably meant), or a file problem, naming task and file.
     """
-    files = task_split_files(name, config.glue_dir, task_config)
+    files = task_split_files(name, config.glue_dir, task_config, config.clue_dir)
     try:
         return {split: (file, file.load()) for split, file in files.items()}
     except TaskDataError as e:
@@ -110,7 +111,8 @@ def read_task(name: str, config: EvaluateConfig) -> ReadingTask | TaskSplits:
     """Every file of task ``name``: a reading task (span extraction, RACE) or a sentence task's splits."""
     # task.json says whether a folder holds a span task or a sentence task: read once, for both.
     task_config = read_task_config(Path(name))
-    return reading_task(name, config.squad_dir, config.race_dir, task_config) or check_task(name, config, task_config)
+    reading = reading_task(name, config.squad_dir, config.race_dir, task_config, config.clue_dir)
+    return reading or check_task(name, config, task_config)
 
 
 def read_leakage(path: str) -> dict[str, Any]:

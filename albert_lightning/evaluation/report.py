@@ -6,7 +6,8 @@ scores and the median gain with its bootstrap interval (``intervals.py``). ``wri
 ``learning_curve.csv`` (``dvc plots show``) and ``learning_curve.png``. Numbers are rounded to 4 decimals so
 the files are stable. ``write_predictions`` and ``read_predictions`` are both sides of the per-example
 predictions files (``predictions/<task>/<split>.jsonl``), which the ablation report pairs runs on;
-``write_submission`` writes a GLUE leaderboard file. Every file is renamed into place whole. No torch.
+``write_submission`` writes a GLUE leaderboard file, ``write_clue_submission`` a CLUE one. Every file is renamed
+into place whole. No torch.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ __all__ = [
     "summarise",
     "text_writer",
     "write_all_atomically",
+    "write_clue_submission",
+    "write_json_lines",
     "write_predictions",
     "write_report",
     "write_submission",
@@ -193,6 +196,19 @@ def write_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Se
     rows = [f"{i if example_id is None else example_id}\t{_value(spec, v)}" for i, (example_id, v) in
             enumerate(zip(ids, values, strict=True))]  # fmt: skip
     files.write_text_atomically(os.fspath(path), "\n".join(["index\tprediction", *rows]) + "\n")
+
+
+def write_clue_submission(path: str | Path, spec: TaskSpec, ids: Sequence, values: Sequence) -> None:
+    """Writes a CLUE leaderboard file of a classification task: per test example, in file order, one line
+    ``{"id": <the file's id, or its position without one>, "label": "<label string>"}``."""
+    rows = [{"id": i if example_id is None else example_id, "label": _value(spec, v)} for i, (example_id, v) in
+            enumerate(zip(ids, values, strict=True))]  # fmt: skip
+    write_json_lines(path, rows)
+
+
+def write_json_lines(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Writes ``rows`` one JSON object a line, Chinese and other non-ASCII text as itself (what CLUE's files do)."""
+    files.write_text_atomically(os.fspath(path), "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
 
 
 def read_predictions(path: str | Path) -> DevPredictions:

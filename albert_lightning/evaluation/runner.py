@@ -32,6 +32,7 @@ from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps,
 from albert_lightning.evaluation.report import (
     SplitPredictions,
     summarise,
+    write_clue_submission,
     write_predictions,
     write_submission,
 )
@@ -185,14 +186,16 @@ def _write_predictions(
     audited: dict[str, SplitPredictions],
     output: str,
 ) -> None:
-    """Writes every dev and test split's predictions file and, for GLUE's test splits, the leaderboard's file."""
+    """Writes every dev and test split's predictions file and, for GLUE's and CLUE's test splits, the
+    leaderboard's file."""
     for split, rows in {**task.devs, **task.tests}.items():
         labels, ids = [row[-1] for row in rows], task.ids[split]
         path = Path(output) / "predictions" / task.spec.name / f"{split}.jsonl"
         write_predictions(path, task.spec, labels, predictions.get(split, {}), audited[split], ids)
-        submission = task.files[split].submission_file
-        if submission is not None:
-            write_submission(Path(output) / "glue_submission" / submission, task.spec, ids, audited[split].values)
+        file = task.files[split]
+        if file.submission_file is not None:
+            write = write_clue_submission if file.spec.benchmark == "clue" else write_submission
+            write(Path(output) / file.submission_folder / file.submission_file, file.spec, ids, audited[split].values)
 
 
 def evaluate_task(

@@ -15,7 +15,7 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,10 @@ __all__ = [
     "ID_COLUMNS",
     "Example",
     "LoadStats",
+    "Prepare",
     "TaskDataError",
     "generic_task",
+    "json_lines",
     "label_ids",
     "load_split",
     "read_generic_task",
@@ -64,6 +66,7 @@ class LoadStats:
 
     rows: int = 0  # data rows read, header excluded
     skipped_malformed: int = 0  # rows skipped for a wrong field count
+    skipped_no_gold: int = 0  # rows a ``prepare`` hook dropped: CLUE's NLI rows whose annotators did not agree ("-")
 
 
 def _read_lines(path: Path) -> tuple[str, ...]:
@@ -86,7 +89,7 @@ def _records(
     iterator of (line, record))."""
     lines = _read_lines(path) if lines is None else lines
     stats = stats if stats is not None else LoadStats()
-    if path.suffix == ".jsonl":
+    if path.suffix in (".jsonl", ".json"):  # CLUE's ".json" files hold one object per line too
         return None, _jsonl(path, lines, stats)
     rows = csv.reader(lines, delimiter="\t", quotechar=None)
     columns = headerless or tuple(next(rows, ()))
@@ -122,6 +125,15 @@ def _jsonl(path: Path, lines: list[str], stats: LoadStats) -> Iterator[tuple[int
         if not isinstance(record, dict):
             raise TaskDataError(f"{path}, line {i}: a JSON {type(record).__name__}, expected an object")
         yield i, record
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, object) for each non-blank line of a JSON Lines file.
+
+    Raises:
+        TaskDataError: A missing file, or a line that is not a JSON object, naming the file and line.
+    """
+    return _jsonl(path, _read_lines(path), LoadStats())
 
 
 def _require(keys: Any, required: list[str], where: str) -> None:
@@ -171,12 +183,17 @@ def _example(
     return Example(str(record[spec.text_a]), text_b, label, line, example_id)
 
 
+# A benchmark's own record layout → the spec's columns: the record to read (a copy), or None to drop it.
+Prepare = Callable[[dict[str, Any], str], dict[str, Any] | None]
+
+
 def load_split(
     spec: TaskSpec,
     folder: str | Path,
     split: str,
     stats: LoadStats | None = None,
     lines: tuple[str, ...] | None = None,
+    prepare: Prepare | None = None,
 ) -> list[Example]:
     """Reads one split of a task.
 
@@ -186,6 +203,8 @@ def load_split(
         split: A key of ``spec.splits``. Splits named ``test*`` may lack the label column (labels are then None).
         stats: If given, the rows read and malformed rows skipped are added to it.
         lines: The file's lines when they were read already (``read_generic_task`` reads the train file).
+        prepare: Called with each JSON record and its "file, line N" before it is checked: returns the record in
+            the spec's columns, or None to drop it (counted in ``stats.skipped_no_gold``); see ``clue_files``.
 
     Returns:
         The examples in file order.
@@ -205,12 +224,25 @@ def load_split(
     required = required[:-1] if unlabelled_ok else required
     if columns is not None:
         _require(columns, required, f"{path}, line 1 (header)" if not headerless else f"{path} (no header row)")
+    if prepare is not None:
+        records = _prepared(path, records, prepare, stats)
     examples = [_example(spec, path, split, line, record, required, unlabelled_ok) for line, record in records]
     if not examples:
         raise TaskDataError(f"{path}: no examples; expected at least one data row for split {split!r}")
     if stats.skipped_malformed:
         log.warning("%s: skipped %d malformed rows so far (wrong field count)", path, stats.skipped_malformed)
     return examples
+
+
+def _prepared(
+    path: Path, records: Iterator[tuple[int, dict[str, Any]]], prepare: Prepare, stats: LoadStats
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line, record in records:
+        prepared = prepare(record, f"{path}, line {line}")
+        if prepared is None:
+            stats.skipped_no_gold += 1
+            continue
+        yield line, prepared
 
 
 def label_ids(spec: TaskSpec, examples: list[Example]) -> list[int | float]:

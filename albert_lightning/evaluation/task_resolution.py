@@ -1,9 +1,9 @@
 """Which task a command line names, and which of its split files a run reads.
 
-``resolve_task`` turns a name (GLUE's, Hugging Face's ``sst2``/``stsb``…, or a task folder) into a ``TaskSpec`` and
-its folder, and says which known name a typo probably meant; ``run_splits`` lists the ``SplitFile``s a run reads
-(MNLI's with GLUE's diagnostic set), each naming the leaderboard's file for its predictions. Reading the files is
-``task_files``'s. Pure Python: no torch, no Beam.
+``resolve_task`` turns a name (GLUE's, Hugging Face's ``sst2``/``stsb``…, CLUE's ``tnews``…, or a task folder) into
+a ``TaskSpec`` and its folder, and says which known name a typo probably meant; ``run_splits`` lists the
+``SplitFile``s a run reads (MNLI's with GLUE's diagnostic set), each naming the leaderboard's file for its
+predictions. Reading the files is ``task_files``'s (``clue_files``'s for CLUE). Pure Python: no torch, no Beam.
 Tests: ``python -m pytest tests/test_task_files.py``.
 """
 
@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from albert_lightning.evaluation.clue_files import (
+    CLUE_SUBMISSION_FILES,
+    CLUE_TASKS,
+    clue_name,
+    clue_task,
+    load_clue_split,
+)
 from albert_lightning.evaluation.task_files import Example, TaskDataError, generic_task, load_split, read_generic_task
 from albert_lightning.evaluation.task_specs import GLUE_DIAGNOSTIC, GLUE_SUBMISSION_FILES, GLUE_TASKS, TaskSpec
 
@@ -40,46 +47,54 @@ def glue_name(name: str) -> str | None:
 def _unknown_task(name: str) -> TaskDataError:
     if _glue_key(name) == "ax":
         return TaskDataError("AX is scored by the MNLI model: evaluate MNLI with <glue_dir>/diagnostic/diagnostic.tsv")
-    # What a typo was probably meant to be: a GLUE name in either spelling, or a folder beside the one named
+    # What a typo was probably meant to be: a GLUE or CLUE name in either spelling, or a folder beside the one named
     known = {spelling: task for task in GLUE_TASKS for spelling in (task.lower(), _glue_key(task))}
+    known.update({task: task for task in CLUE_TASKS})
     parent = Path(name).parent
     if len(Path(name).parts) > 1 and parent.is_dir():
         known.update({str(p).lower(): str(p) for p in parent.iterdir() if p.is_dir()})
     meant = difflib.get_close_matches(name.lower(), list(known), n=1)
     hint = f"; did you mean {known[meant[0]]!r}?" if meant else ""
-    return TaskDataError(f"unknown task {name!r}: neither a GLUE task {tuple(GLUE_TASKS)} nor a task folder{hint}")
+    return TaskDataError(f"unknown task {name!r}: neither a GLUE task {tuple(GLUE_TASKS)}, a CLUE task "
+                         f"{tuple(CLUE_TASKS)} nor a task folder{hint}")  # fmt: skip
 
 
-def resolve_task(name: str, glue_dir: str | Path | None) -> tuple[TaskSpec, Path]:
+def resolve_task(name: str, glue_dir: str | Path | None, clue_dir: str | Path | None = None) -> tuple[TaskSpec, Path]:
     """The task a command line names, and its folder.
 
     Args:
-        name: A GLUE task in GLUE's or Hugging Face's spelling (read from ``glue_dir/<GLUE's name>``), or a task
-            folder in the generic layout (``generic_task``). A folder named like a GLUE task is given as a path
-            (``./cola``).
+        name: A GLUE task in GLUE's or Hugging Face's spelling (read from ``glue_dir/<GLUE's name>``), a CLUE
+            classification task in any case (read from ``clue_dir/<task>_public``, ``clue_files``), or a task
+            folder in the generic layout (``generic_task``). A folder named like a GLUE or CLUE task is given as a
+            path (``./cola``).
         glue_dir: The folder holding GLUE's task folders; None when no GLUE task is wanted.
+        clue_dir: The folder holding CLUE's ``<task>_public`` folders; None when no CLUE task is wanted.
 
     Raises:
-        TaskDataError: A GLUE name without ``glue_dir``, or a name that is neither; the message says which known
-            name was probably meant.
+        TaskDataError: A GLUE (CLUE) name without ``glue_dir`` (``clue_dir``), or a name that is none of these;
+            the message says which known name was probably meant.
     """
     glue = glue_name(name)
     if glue is not None:
         if glue_dir is None:
             raise TaskDataError(f"task {name!r} is a GLUE task: set glue_dir to the folder holding {glue}/")
         return GLUE_TASKS[glue], Path(glue_dir) / glue
+    if clue_name(name) is not None:
+        return clue_task(name, clue_dir)
     if not Path(name).is_dir():
         raise _unknown_task(name)
     return generic_task(name), Path(name)
 
 
-def task_split_files(name: str, glue_dir: str | Path | None, config: dict[str, Any]) -> dict[str, SplitFile]:
+def task_split_files(
+    name: str, glue_dir: str | Path | None, config: dict[str, Any], clue_dir: str | Path | None = None
+) -> dict[str, SplitFile]:
     """The split files of the task ``name`` denotes (``resolve_task``), each file read at most once: a folder's
     ``task.json`` is ``config`` (read already) and its train file's lines, read for the labels, are kept."""
-    if glue_name(name) is None and Path(name).is_dir():
+    if glue_name(name) is None and clue_name(name) is None and Path(name).is_dir():
         spec, lines = read_generic_task(name, config)
         return run_splits(spec, name, lines)
-    return run_splits(*resolve_task(name, glue_dir))
+    return run_splits(*resolve_task(name, glue_dir, clue_dir))
 
 
 def present_splits(spec: TaskSpec, folder: str | Path) -> tuple[str, ...]:
@@ -98,14 +113,23 @@ class SplitFile:
     lines: tuple[str, ...] | None = field(default=None, compare=False, repr=False)  # the file, when read already
 
     def load(self) -> list[Example]:
-        """The split's examples (``load_split``)."""
-        return load_split(self.spec, self.folder, self.split, lines=self.lines)
+        """The split's examples (``load_split``; CLUE's tasks ``load_clue_split``)."""
+        load = load_clue_split if self.spec.benchmark == "clue" else load_split
+        return load(self.spec, self.folder, self.split, lines=self.lines)
 
     @property
     def submission_file(self) -> str | None:
-        """The GLUE leaderboard's file name for this split's predictions; None but for GLUE's own test files."""
+        """The GLUE or CLUE leaderboard's file name for this split's predictions; None but for their own test
+        files."""
+        if self.spec.benchmark == "clue":
+            return CLUE_SUBMISSION_FILES.get((self.spec.name, self.split))
         glue = self.spec is GLUE_DIAGNOSTIC or GLUE_TASKS.get(self.spec.name) is self.spec
         return GLUE_SUBMISSION_FILES.get((self.spec.name, self.split)) if glue else None
+
+    @property
+    def submission_folder(self) -> str:
+        """The output folder its leaderboard file goes to: one per benchmark, each zipped whole for upload."""
+        return "clue_submission" if self.spec.benchmark == "clue" else "glue_submission"
 
 
 def run_splits(spec: TaskSpec, folder: str | Path, train_lines: tuple[str, ...] | None = None) -> dict[str, SplitFile]:

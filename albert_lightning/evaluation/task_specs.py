@@ -52,6 +52,7 @@ class TaskSpec:
     headerless_columns: tuple[str, ...] = ()  # column names of train/dev TSVs without a header row (CoLA)
     skip_malformed: bool = False  # skip and count rows with the wrong field count (QQP) instead of failing
     paper_metric: str | None = None  # the metric the paper's GLUE dev numbers are in
+    benchmark: str | None = None  # "clue" for CLUE's tasks (``clue_files``): their reader and submission files
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

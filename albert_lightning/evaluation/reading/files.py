@@ -28,6 +28,7 @@ __all__ = [
     "Answer",
     "RaceQuestion",
     "SquadQuestion",
+    "load_json",
     "read_race",
     "read_squad",
     "squad_files",
@@ -68,17 +69,19 @@ class SquadQuestion:
 
 @dataclass(frozen=True)
 class RaceQuestion:
-    """One RACE question with its article and four options; ``label`` is the correct option's index."""
+    """One RACE question with its article and four options (C3: two to four); ``label`` is the correct option's
+    index."""
 
     id: str  # f"{level}/{file stem}-{index}": file stems repeat across levels and a file holds several questions
     article: str
     question: str
-    options: tuple[str, str, str, str]
-    label: int  # 0..3 for answers "A".."D"
-    level: str  # "middle" | "high"
+    options: tuple[str, ...]
+    label: int | None  # 0..3 for answers "A".."D"; None in an unlabelled test file (C3's)
+    level: str  # "middle" | "high"; C3: "dialogue" | "mixed", "" in its test files
+    source_id: Any = None  # the file's own id of the question (C3's "id"), which a leaderboard file repeats
 
 
-def _load_json(path: Path) -> Any:
+def load_json(path: Path) -> Any:
     """The JSON value in ``path``; a missing, non-UTF-8 or non-JSON file is a TaskDataError naming it."""
     try:
         # utf-8-sig: a byte-order mark added by an editor would otherwise make json.loads fail on a good file.
@@ -125,8 +128,12 @@ def squad_files(folder: str | Path, version: str) -> dict[str, Path]:
     return chosen
 
 
-def read_squad(path: str | Path) -> list[SquadQuestion]:
+def read_squad(path: str | Path, answer_shift: int = 0, labelled: bool = True) -> list[SquadQuestion]:
     """Every question of a SQuAD 1.1 or 2.0 file in the official layout, in file order.
+
+    ``answer_shift``: how many characters before its ``answer_start`` an answer may begin, for files whose
+    offsets are a little off (CMRC 2018's: CLUE's preprocessing moves such an answer back by up to 3); the answer
+    then starts where its text is. ``labelled=False`` reads a test file, whose questions have no answers.
 
     Every answer is kept (a training file has one per question, a dev file up to several): the caller chooses, e.g.
     the first as a training span, as BERT's ``run_squad`` does, and all of them for the evaluation's best match.
@@ -143,7 +150,7 @@ def read_squad(path: str | Path) -> list[SquadQuestion]:
             whose ``answer_start`` does not give its text. Each message names the file and the question id.
     """
     path = Path(path)
-    data = _load_json(path)
+    data = load_json(path)
     articles = data.get("data") if isinstance(data, dict) else None
     if not isinstance(articles, list):
         raise TaskDataError(f'{path}: no "data" list; expected the official SQuAD layout {{"version": …, "data": […]}}')
@@ -151,7 +158,7 @@ def read_squad(path: str | Path) -> list[SquadQuestion]:
     first_seen: dict[str, str] = {}  # id → where it first appeared, for the duplicate message
     for a, article in enumerate(articles):
         for where, title, context, qa in _squad_records(path, a, article):
-            question = _squad_question(path, where, title, context, qa)
+            question = _squad_question(path, where, title, context, qa, answer_shift, labelled)
             if question.id in first_seen:
                 raise TaskDataError(f"{path}: question {question.id}: id appears twice ({first_seen[question.id]})")
             first_seen[question.id] = where
@@ -177,7 +184,9 @@ def _squad_records(path: Path, a: int, article: Any) -> list[tuple[str, str, Any
     return records
 
 
-def _squad_question(path: Path, where: str, title: str, context: Any, qa: Any) -> SquadQuestion:
+def _squad_question(
+    path: Path, where: str, title: str, context: Any, qa: Any, answer_shift: int = 0, labelled: bool = True
+) -> SquadQuestion:
     """One question of ``path`` at ``where``, checked: see ``read_squad``."""
     qid = qa.get("id") if isinstance(qa, dict) else None
     if not isinstance(qid, str) or not qid:
@@ -188,12 +197,14 @@ def _squad_question(path: Path, where: str, title: str, context: Any, qa: Any) -
         raise TaskDataError(f"{named}: empty question text")
     if not isinstance(context, str) or not context.strip():
         raise TaskDataError(f"{named}: empty context ({where})")
+    if not labelled:
+        return SquadQuestion(qid, question, context, (), False, title)
     if "answers" not in qa:
         raise TaskDataError(f'{named}: no "answers" key; an impossible SQuAD 2.0 question has "answers": []')
     impossible = qa.get("is_impossible", False)  # SQuAD 1.1 has no such key: every question is answerable
     if not isinstance(impossible, bool):
         raise TaskDataError(f"{named}: is_impossible is {impossible!r}, expected true or false")
-    answers = _squad_answers(named, context, qa["answers"])
+    answers = _squad_answers(named, context, qa["answers"], answer_shift)
     if impossible and answers:
         raise TaskDataError(
             f"{named}: is_impossible is true but it has {len(answers)} answer(s); 2.0 keeps those in plausible_answers"
@@ -203,8 +214,9 @@ def _squad_question(path: Path, where: str, title: str, context: Any, qa: Any) -
     return SquadQuestion(qid, question, context, answers, impossible, title)
 
 
-def _squad_answers(named: str, context: str, raw: Any) -> tuple[Answer, ...]:
-    """The answers of one question, each checked against the context it points into."""
+def _squad_answers(named: str, context: str, raw: Any, answer_shift: int = 0) -> tuple[Answer, ...]:
+    """The answers of one question, each checked against the context it points into (``answer_shift``
+    characters before it too)."""
     if not isinstance(raw, list):
         raise TaskDataError(f'{named}: "answers" is a JSON {type(raw).__name__}, expected a list')
     answers = []
@@ -217,9 +229,11 @@ def _squad_answers(named: str, context: str, raw: Any) -> tuple[Answer, ...]:
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
             raise TaskDataError(f"{named}: answer {i} has answer_start {start!r}, expected an offset ≥ 0")
         found = context[start : start + len(text)]
-        if found != text:
+        shifted = next((s for s in range(start, max(start - answer_shift, 0) - 1, -1)
+                        if context[s : s + len(text)] == text), None)  # fmt: skip
+        if shifted is None:
             raise TaskDataError(f"{named}: answer_start {start} gives {found!r} but the answer text is {text!r}")
-        answers.append(Answer(text, start))
+        answers.append(Answer(text, shifted))
     return tuple(answers)
 
 
@@ -250,7 +264,7 @@ def read_race(folder: str | Path, split: str) -> list[RaceQuestion]:
 
 def _race_file(path: Path, level: str) -> list[RaceQuestion]:
     """The questions of one RACE file, its lists checked against each other."""
-    record = _load_json(path)
+    record = load_json(path)
     if not isinstance(record, dict):
         raise TaskDataError(f"{path}: a JSON {type(record).__name__}, expected one object")
     article = record.get("article")

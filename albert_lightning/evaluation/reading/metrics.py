@@ -1,4 +1,5 @@
-"""Reading-comprehension metrics as the official scripts define them: SQuAD 1.1/2.0 (EM, F1) and RACE (accuracy).
+"""Reading-comprehension metrics as the official scripts define them: SQuAD 1.1/2.0 (EM, F1), CMRC 2018 as CLUE
+scores it (EM, F1 over characters) and RACE/C3 (accuracy).
 
 The ALBERT paper reports SQuAD 1.1 and 2.0 dev F1/EM, scored by the official ``evaluate-v1.1.py`` /
 ``evaluate-v2.0.py`` (Rajpurkar et al.), and RACE accuracy (overall, and on its middle- and high-school parts).
@@ -19,7 +20,22 @@ deliberate differences, both about missing predictions: a question with no predi
 ``missing`` (as ``evaluate-v1.1.py`` does; v2.0 drops it from the denominator), and the best-threshold search
 counts only questions that have a prediction (v2.0 counts a missing unanswerable question as correct in its
 starting score yet leaves it out of the denominator). With every question predicted, both equal the official
-numbers. Every score is a fraction in [0, 1], not the scripts' percent, so the project's reports treat all
+numbers.
+
+CMRC 2018 (``cmrc_scores``) is scored by CLUE's ``cmrc2018_evaluate.py``, which tokenises for Chinese:
+
+* ``cmrc_segments``: lower case and strip; drop every character of its punctuation list (``CMRC_PUNCTUATION``,
+  ASCII ``-:_*^/\\~`+=`` and the full-width marks), then each Chinese character (U+4E00–U+9FA5) is a segment of
+  its own and each run of other characters is split into words by ``nltk.word_tokenize``. This module has no
+  nltk: a run is split at whitespace into word-character runs (digits joined by ``.`` or ``,`` stay one, as nltk
+  keeps "3.5" and "1,000") and every other character alone, which agrees with nltk on numbers, Latin words and
+  the ASCII punctuation CLUE keeps (``,`` ``.`` ``(``…); nltk's English clitics ("'s", "n't") are not split;
+* exact match: the strings equal once lower-cased, stripped and without that punctuation (inner spaces count);
+* F1: from the longest common *contiguous* run of segments (not SQuAD's bag of tokens): precision = run length /
+  prediction segments, recall = run length / answer segments;
+* a question's score: the maximum over its reference answers (CLUE's dev set has several per question).
+
+Every score is a fraction in [0, 1], not the scripts' percent, so the project's reports treat all
 metrics alike; ``*_total`` and ``missing`` are counts. Tests: ``python -m pytest tests/test_reading_metrics.py``.
 """
 
@@ -34,6 +50,11 @@ __all__ = [
     "RACE_LEVELS",
     "answer_tokens",
     "apply_no_ans_threshold",
+    "cmrc_exact_match",
+    "cmrc_f1",
+    "cmrc_raw_scores",
+    "cmrc_scores",
+    "cmrc_segments",
     "exact_match",
     "find_best_thresh",
     "gold_answers",
@@ -275,8 +296,11 @@ def _split_by_answerability(
     return result
 
 
-def race_accuracy(predictions: Mapping[str, int], golds: Mapping[str, tuple[int, str]]) -> dict[str, float]:
-    """RACE accuracy, a fraction in [0, 1], overall and per level ("middle": RACE-M, "high": RACE-H).
+def race_accuracy(
+    predictions: Mapping[str, int], golds: Mapping[str, tuple[int, str]], levels: Sequence[str] = RACE_LEVELS
+) -> dict[str, float]:
+    """RACE accuracy, a fraction in [0, 1], overall and per level ("middle": RACE-M, "high": RACE-H; C3 passes
+    its ``levels``, "dialogue" and "mixed").
 
     ``predictions``: question id → chosen option index; ``golds``: question id → (correct option index, level).
     Returns ``accuracy``, ``middle_accuracy``, ``high_accuracy`` and the counts ``total``, ``middle_total``,
@@ -287,11 +311,11 @@ def race_accuracy(predictions: Mapping[str, int], golds: Mapping[str, tuple[int,
     if not golds:
         raise ValueError("no gold questions to score")
     _check_ids(golds, predictions, "a prediction")
-    correct = dict.fromkeys(RACE_LEVELS, 0)
-    total = dict.fromkeys(RACE_LEVELS, 0)
+    correct = dict.fromkeys(levels, 0)
+    total = dict.fromkeys(levels, 0)
     for qid, (label, level) in golds.items():
         if level not in total:
-            raise ValueError(f"question id {qid!r}: level {level!r} is not one of {RACE_LEVELS}")
+            raise ValueError(f"question id {qid!r}: level {level!r} is not one of {tuple(levels)}")
         total[level] += 1
         # A missing prediction (None) never equals a label: it counts as wrong.
         correct[level] += int(predictions.get(qid) == label)
@@ -300,8 +324,106 @@ def race_accuracy(predictions: Mapping[str, int], golds: Mapping[str, tuple[int,
         "total": len(golds),
         "missing": sum(1 for qid in golds if qid not in predictions),
     }
-    for level in RACE_LEVELS:
+    for level in levels:
         if total[level]:
             result[f"{level}_accuracy"] = correct[level] / total[level]
         result[f"{level}_total"] = total[level]
     return result
+
+
+# CLUE's ``sp_char`` list. It also lists "……", two characters, which a one-character test never matches: a single
+# "…" is kept, as CLUE keeps it.
+CMRC_PUNCTUATION = frozenset("-:_*^/\\~`+=，。：？！“”；’《》·、「」（）－～『』")
+_CMRC_CHINESE = re.compile(r"[\u4e00-\u9fa5]")
+_CMRC_WORDS = re.compile(r"\d+(?:[.,]\d+)+|\w+|\S")  # nltk.word_tokenize's split of numbers, words and marks
+
+
+def cmrc_segments(text: str) -> list[str]:
+    """CLUE's ``mixed_segmentation(text, rm_punc=True)``: each Chinese character alone, other runs as words.
+
+    A dropped punctuation mark does not end a run, as in CLUE's loop: "a-b" is the one word "ab".
+    """
+    segments: list[str] = []
+    run = ""
+    for char in text.lower().strip():
+        if char in CMRC_PUNCTUATION:
+            continue
+        if _CMRC_CHINESE.match(char):
+            segments += _CMRC_WORDS.findall(run)
+            run = ""
+            segments.append(char)
+        else:
+            run += char
+    return segments + _CMRC_WORDS.findall(run)
+
+
+def _cmrc_clean(text: str) -> str:
+    return "".join(char for char in text.lower().strip() if char not in CMRC_PUNCTUATION)
+
+
+def cmrc_exact_match(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 if the prediction equals one of the answers without case, outer spaces and punctuation (CLUE's
+    ``calc_em_score``), else 0.0."""
+    if isinstance(answers, str):  # a bare string would be scored character by character
+        raise TypeError(f"answers must be a sequence of strings, not the string {answers!r}")
+    return float(any(_cmrc_clean(answer) == _cmrc_clean(prediction) for answer in answers))
+
+
+def _longest_common_run(a: list[str], b: list[str]) -> int:
+    """The length of the longest contiguous run of segments shared by ``a`` and ``b`` (CLUE's ``find_lcs``)."""
+    best = 0
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0] * (len(b) + 1)
+        for j, y in enumerate(b):
+            if x == y:
+                current[j + 1] = previous[j] + 1
+                best = max(best, current[j + 1])
+        previous = current
+    return best
+
+
+def cmrc_f1(prediction: str, answers: Sequence[str]) -> float:
+    """CLUE's ``calc_f1_score``: the best over the answers of the F1 of their longest common run of segments."""
+    if isinstance(answers, str):
+        raise TypeError(f"answers must be a sequence of strings, not the string {answers!r}")
+    predicted = cmrc_segments(prediction)
+    scores = [0.0]
+    for answer in answers:
+        gold = cmrc_segments(answer)
+        common = _longest_common_run(gold, predicted)
+        if common:
+            precision, recall = common / len(predicted), common / len(gold)
+            scores.append(2 * precision * recall / (precision + recall))
+    return max(scores)
+
+
+def cmrc_raw_scores(
+    golds: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(exact, f1) per predicted question id (``cmrc_exact_match``, ``cmrc_f1``)."""
+    _check_ids(golds, predictions, "a prediction")
+    exact = {qid: cmrc_exact_match(predictions[qid], answers) for qid, answers in golds.items() if qid in predictions}
+    f1 = {qid: cmrc_f1(predictions[qid], answers) for qid, answers in golds.items() if qid in predictions}
+    return exact, f1
+
+
+def cmrc_scores(
+    golds: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    raw: tuple[dict[str, float], dict[str, float]] | None = None,
+) -> dict[str, float]:
+    """CMRC 2018 scores as CLUE's ``cmrc2018_evaluate.py`` gives them, as fractions: ``exact``, ``f1``, their
+    mean ``average`` (CLUE's AVERAGE), and the counts ``total`` and ``missing`` (questions without a prediction,
+    each scored 0, as CLUE's SKIP). ``raw``: the ``cmrc_raw_scores`` of these predictions when the caller has them.
+    Raises ValueError for an empty dataset or a prediction for an id not in ``golds``."""
+    if not golds:
+        raise ValueError("no gold questions to score")
+    exact, f1 = raw if raw is not None else cmrc_raw_scores(golds, predictions)
+    qids = list(golds)
+    result = {"exact": _mean(exact, qids), "f1": _mean(f1, qids)}
+    return result | {
+        "average": (result["exact"] + result["f1"]) / 2,
+        "total": len(qids),
+        "missing": sum(1 for qid in qids if qid not in predictions),
+    }

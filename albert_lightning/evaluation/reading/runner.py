@@ -33,15 +33,32 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from albert_lightning.evaluation.clue_files import CLUE_SUBMISSION_FILES, clue_folder
 from albert_lightning.evaluation.finetuning import AlbertFineTuning, Encoder, run_finetuning, show_run, starts
 from albert_lightning.evaluation.intervals import median_gain_interval
 from albert_lightning.evaluation.lr_selection import HeldSlice, choose_lrs
 from albert_lightning.evaluation.plan import finetuning_seeds, finetuning_steps, train_sizes, train_subset
+from albert_lightning.evaluation.reading.clue_files import (
+    C3_LEVELS,
+    C3_TESTS,
+    CLUE_READING_TASKS,
+    CMRC_ANSWER_SHIFT,
+    cmrc_files,
+    read_c3,
+)
 from albert_lightning.evaluation.reading.decoding import decode
 from albert_lightning.evaluation.reading.files import RaceQuestion, SquadQuestion, read_race, read_squad, squad_files
-from albert_lightning.evaluation.reading.metrics import apply_no_ans_threshold, race_accuracy, raw_scores, squad_scores
+from albert_lightning.evaluation.reading.metrics import (
+    RACE_LEVELS,
+    apply_no_ans_threshold,
+    cmrc_raw_scores,
+    cmrc_scores,
+    race_accuracy,
+    raw_scores,
+    squad_scores,
+)
 from albert_lightning.evaluation.reading.windows import Window, make_windows
-from albert_lightning.evaluation.report import PREDICTION_DIGITS, STARTS, round_score, rounded_gain
+from albert_lightning.evaluation.report import PREDICTION_DIGITS, STARTS, round_score, rounded_gain, write_json_lines
 from albert_lightning.evaluation.task_files import TaskDataError, read_task_config
 from albert_lightning.interop.hf import check_export_target, export_hf
 from albert_lightning.model import AlbertForPreTraining
@@ -50,7 +67,7 @@ from pipelines.runtime.files import write_text_atomically
 __all__ = ["READING_TASKS", "ReadingTask", "evaluate_reading_task", "first_sentence_object", "reading_task"]
 
 SQUAD_VERSIONS = {"squad1": "1.1", "squad2": "2.0"}
-READING_TASKS = (*SQUAD_VERSIONS, "race")
+READING_TASKS = (*SQUAD_VERSIONS, "race", *CLUE_READING_TASKS)
 
 
 @dataclass
@@ -61,22 +78,36 @@ class ReadingTask:
     head: str  # "span" or "choice"
     train: list[SquadQuestion] | list[RaceQuestion]
     dev: list[SquadQuestion] | list[RaceQuestion]
-    version: str  # "1.1" or "2.0" for spans (2.0: questions may have no answer), "race" for choices
+    # "1.1" or "2.0" for spans (2.0: questions may have no answer), "cmrc2018" for spans scored as CLUE scores
+    # CMRC 2018; "race" or "c3" for choices
+    version: str
+    tests: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # unlabelled split → its questions
 
     @property
     def primary(self) -> str:
-        return {"1.1": "f1", "2.0": "best_f1", "race": "accuracy"}[self.version]
+        # CLUE's leaderboard ranks CMRC 2018 by exact match
+        return {"1.1": "f1", "2.0": "best_f1", "cmrc2018": "exact", "race": "accuracy", "c3": "accuracy"}[self.version]
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The parts a choice task's accuracy is also given on: RACE's school levels, C3's two sources."""
+        return C3_LEVELS if self.version == "c3" else RACE_LEVELS
 
 
 def reading_task(
-    name: str, squad_dir: str | None, race_dir: str | None, task_config: dict[str, Any] | None = None
+    name: str,
+    squad_dir: str | None,
+    race_dir: str | None,
+    task_config: dict[str, Any] | None = None,
+    clue_dir: str | None = None,
 ) -> ReadingTask | None:
     """Returns the reading task ``name`` denotes, every file read and checked; None for a sentence task.
 
     ``squad1``/``squad2`` read ``squad_dir`` (the official file names), ``race`` reads ``race_dir``
-    (``{train,dev}/{middle,high}/*.txt``); a folder whose ``task.json`` says ``"kind": "span"`` (the tasks
-    stage's ``returns``) holds ``train.json`` and ``dev.json`` in SQuAD's layout. ``task_config``: that
-    ``task.json`` when read already.
+    (``{train,dev}/{middle,high}/*.txt``), ``cmrc2018`` and ``c3`` (any case) read ``clue_dir``'s
+    ``cmrc2018_public/`` and ``c3_public/`` (``reading.clue_files``), with their test files where present; a folder
+    whose ``task.json`` says ``"kind": "span"`` (the tasks stage's ``returns``) holds ``train.json`` and
+    ``dev.json`` in SQuAD's layout. ``task_config``: that ``task.json`` when read already.
 
     Raises:
         TaskDataError: a missing folder or file, or a file that is not in its official layout (naming it).
@@ -87,6 +118,8 @@ def reading_task(
     if name == "race":
         folder = _folder(race_dir, "race_dir", name)
         return ReadingTask(name, "choice", read_race(folder, "train"), read_race(folder, "dev"), "race")
+    if name.lower() in CLUE_READING_TASKS:
+        return _clue_task(name.lower(), clue_dir)
     task_config = read_task_config(Path(name)) if task_config is None else task_config  # when not read already
     if task_config.get("kind") == "span":
         files = squad_files(name, "1.1")
@@ -94,10 +127,26 @@ def reading_task(
     return None
 
 
+def _clue_task(name: str, clue_dir: str | None) -> ReadingTask:
+    folder = clue_folder(name, _folder(clue_dir, "clue_dir", name))
+    if name == "c3":
+        tests = {split: read_c3(folder, split) for split, file in C3_TESTS.items() if (folder / file).is_file()}
+        return ReadingTask(name, "choice", read_c3(folder, "train"), read_c3(folder, "dev"), "c3", tests)
+    files = cmrc_files(folder)
+    train, dev = (read_squad(files[split], CMRC_ANSWER_SHIFT) for split in ("train", "dev"))
+    tests = {"test": read_squad(files["test"], labelled=False)} if "test" in files else {}
+    return ReadingTask(name, "span", train, dev, "cmrc2018", tests)
+
+
 def _folder(path: str | None, flag: str, task: str) -> str:
     if path is None:
         raise TaskDataError(f"task {task}: give the folder of its files with --{flag} (or evaluate.{flag})")
     return path
+
+
+def first_sentence(context: str) -> str:
+    """CMRC 2018's baseline answer: the context up to its first full stop "。"."""
+    return context.split("。", 1)[0]
 
 
 def first_sentence_object(context: str) -> str:
@@ -115,13 +164,16 @@ class _Inputs:
 
     train: list[Any]
     dev: list[Any]  # per dev question: its windows (spans) or its encoded options (choices)
+    tests: dict[str, list[Any]] = dataclasses.field(default_factory=dict)  # per test split, as dev
 
 
 def _encode(task: ReadingTask, encoder: Encoder, config: Any) -> _Inputs:
     if task.head == "choice":
-        return _Inputs([_options(q, encoder) for q in task.train], [_options(q, encoder) for q in task.dev])
-    train = [_windows(q, encoder, config) for q in task.train]
-    return _Inputs(train, [_windows(q, encoder, config) for q in task.dev])
+        encode = functools.partial(_options, encoder=encoder)
+    else:
+        encode = functools.partial(_windows, encoder=encoder, config=config)
+    tests = {split: [encode(q) for q in questions] for split, questions in task.tests.items()}
+    return _Inputs([encode(q) for q in task.train], [encode(q) for q in task.dev], tests)
 
 
 def _windows(question: SquadQuestion, encoder: Encoder, config: Any) -> list[Window]:
@@ -138,13 +190,15 @@ def _options(question: RaceQuestion, encoder: Encoder) -> tuple[list[tuple[list[
         question.question.replace("_", option) if "_" in question.question else f"{question.question} {option}"
         for option in question.options
     ]
-    return [encoder(question.article, text) for text in filled], question.label
+    # A test question has no label; predicting ignores it.
+    return [encoder(question.article, text) for text in filled], question.label or 0
 
 
 def _collate(rows: Sequence[tuple[list[list[int]], list[list[int]], dict[str, int]]]) -> dict[str, torch.Tensor]:
-    """Pads rows of one or several sequences each ([B, T] or [B, options, T]) to a multiple of 8."""
+    """Pads rows of one or several sequences each ([B, T] or [B, options, T]) to a multiple of 8, and a row with
+    fewer options than the batch's most (C3's) with options of no token, which the choice head never picks."""
     length = -(-max(len(ids) for seqs, _, _ in rows for ids in seqs) // 8) * 8
-    count = len(rows[0][0])
+    count = max(len(seqs) for seqs, _, _ in rows)
     batch = {name: torch.zeros(len(rows), count, length, dtype=torch.long) for name in ("input_ids", "token_type_ids")}
     batch["attention_mask"] = torch.zeros(len(rows), count, length, dtype=torch.long)
     for i, (seqs, types, _) in enumerate(rows):
@@ -224,6 +278,11 @@ def _span_scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[s
     threshold for SQuAD 2.0), for the bootstrap."""
     golds = {q.id: [a.text for a in q.answers] for q in task.dev}
     texts = {qid: p.text for qid, p in predictions.items()}
+    if task.version == "cmrc2018":
+        exact, f1 = raw = cmrc_raw_scores(golds, texts)
+        ids = [q.id for q in task.dev]
+        per_question = {"exact": np.array([exact[i] for i in ids]), "f1": np.array([f1[i] for i in ids])}
+        return cmrc_scores(golds, texts, raw=raw), per_question
     exact, f1 = raw = raw_scores(golds, texts)
     if task.version != "2.0":
         scores = squad_scores(golds, texts, raw=raw)
@@ -245,7 +304,7 @@ def _choice_scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict
     chosen = {qid: int(np.argmax(scores)) for qid, scores in predictions.items()}
     golds = {q.id: (q.label, q.level) for q in task.dev}
     correct = np.array([chosen[q.id] == q.label for q in task.dev], dtype=np.float64)
-    return race_accuracy(chosen, golds), {"accuracy": correct}
+    return race_accuracy(chosen, golds, task.levels), {"accuracy": correct}
 
 
 def _scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
@@ -253,12 +312,16 @@ def _scores(task: ReadingTask, predictions: dict[str, Any]) -> tuple[dict[str, f
 
 
 def baseline(task: ReadingTask) -> dict[str, float]:
-    """The model-free baseline's dev scores: the first sentence's object, or RACE's most frequent answer."""
+    """The model-free baseline's dev scores: the first sentence's object (CMRC 2018: the first sentence), or the
+    most frequent answer position of RACE or C3."""
     if task.head == "choice":
         letters = np.bincount([q.label for q in task.train], minlength=4)
         guess = int(np.argmax(letters))
-        return race_accuracy({q.id: guess for q in task.dev}, {q.id: (q.label, q.level) for q in task.dev})
+        golds_by_level = {q.id: (q.label, q.level) for q in task.dev}
+        return race_accuracy({q.id: guess for q in task.dev}, golds_by_level, task.levels)
     golds = {q.id: [a.text for a in q.answers] for q in task.dev}
+    if task.version == "cmrc2018":
+        return cmrc_scores(golds, {q.id: first_sentence(q.context) for q in task.dev})
     scores = squad_scores(golds, {q.id: first_sentence_object(q.context) for q in task.dev})
     if task.version == "2.0":  # it never abstains: its best-threshold scores are its scores
         scores |= {"best_exact": scores["exact"], "best_f1": scores["f1"]}
@@ -313,10 +376,11 @@ def _size(
     config: Any,
     lrs: dict[str, float],
     audit: bool,
-) -> tuple[dict[str, Any], dict[str, list[np.ndarray]], dict[str, Any] | None]:
+) -> tuple[dict[str, Any], dict[str, list[np.ndarray]], tuple[dict[str, Any], dict[str, dict[str, Any]]] | None]:
     """Fine-tunes every (seed, start) on ``size`` training questions, each start at its rate in ``lrs``; returns
     the size's summary, per start each seed's per-question primary scores, and with ``audit`` the pretrained
-    start's first seed's predictions (its network is written as a Hugging Face folder)."""
+    start's first seed's predictions of dev and of each test split (its network is written as a Hugging Face
+    folder)."""
     seeds = finetuning_seeds(config.seed, config.seeds)
     runs: dict[str, list] = {}
     questions: dict[str, list] = {}
@@ -336,7 +400,13 @@ def _size(
             runs.setdefault(start, []).append(scores)
             questions.setdefault(start, []).append(per_question[task.primary])
             if audit and seed == seeds[0] and start == "pretrained":
-                audited = predictions
+                audited = (
+                    predictions,
+                    {
+                        split: _predict(trainer, module, dataclasses.replace(task, dev=task.tests[split]), rows, config)
+                        for split, rows in inputs.tests.items()
+                    },
+                )
                 network = module.network
                 export_hf(network, network.albert.config, Path(config.output) / "finetuned" / task.name,
                           config.spiece, encoder.normalize)  # fmt: skip
@@ -386,10 +456,27 @@ def evaluate_reading_task(
         summary, scores[str(size)], audited = _size(task, inputs, size, pretrained, encoder, config, lrs,
                                                     size == sizes[-1])  # fmt: skip
         split["sizes"][str(size)] = summary
-    _write_predictions(task, audited, scores, config)
+    _write_predictions(task, audited[0], scores, config)
+    _write_submissions(task, audited[1], config)
     return {"task": task.name, "primary": task.primary, "kind": task.head, "train_examples": len(task.train),
             "lr": {start: choice.to_json() for start, choice in choices.items()}, "splits": {"dev": split}}  # fmt: skip
 
 
+def _write_submissions(task: ReadingTask, predictions: dict[str, dict[str, Any]], config: Any) -> None:
+    """Writes the CLUE leaderboard file of each test split the audited run predicted: CMRC 2018's one JSON object
+    of question id → answer text, C3's one ``{"id": <the file's id>, "label": <option index>}`` a line."""
+    for split, predicted in predictions.items():
+        path = Path(config.output) / "clue_submission" / CLUE_SUBMISSION_FILES[(task.name, split)]
+        if task.head == "choice":
+            write_json_lines(path, [{"id": q.source_id if q.source_id is not None else i,
+                                     "label": int(np.argmax(predicted[q.id]))}
+                                    for i, q in enumerate(task.tests[split])])  # fmt: skip
+        else:
+            answers = {q.id: predicted[q.id].text for q in task.tests[split]}
+            write_text_atomically(str(path), json.dumps(answers, ensure_ascii=False, indent=1) + "\n")
+
+
 def _baseline_name(task: ReadingTask) -> str:
+    if task.version == "cmrc2018":
+        return "first sentence"
     return "most frequent answer" if task.head == "choice" else "first sentence's object"
