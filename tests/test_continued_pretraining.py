@@ -207,7 +207,7 @@ def test_segment_normalises_as_the_starts_tokenizer_config_says(pipeline_run, tm
     out = tmp_path / "sentences"
     stats = segment.run([*NO_PARAMS, "--input", str(pipeline_run.corpus), "--output", str(out),
                          f"--normalization_from={folder}", *LOCAL])  # fmt: skip
-    assert stats["normalizer"] == {"lower_case": False, "strip_accents": False}
+    assert stats["normalizer"] == {"lower_case": False, "strip_accents": False, "chinese_script": "keep"}
     import pyarrow.parquet as pq
 
     documents = pq.read_table(next(out.glob("sentences-*.parquet"))).column("sentences").to_pylist()[:50]
