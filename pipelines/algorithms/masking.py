@@ -131,6 +131,18 @@ class TokenClasses:
         arrays = (np.array(flags, dtype=bool) for flags in (starts, ends, bare))
         return cls(len(pieces), mask_id, num_special, *arrays)
 
+    @classmethod
+    def from_wordpieces(cls, pieces: Sequence[str], mask_id: int, num_special: int) -> TokenClasses:
+        """Builds the classes of a WordPiece vocabulary (``pieces[i]`` = the line of id i of its ``vocab.txt``).
+
+        BERT's basic tokenizer has already cut the text into words (at spaces and punctuation, around every CJK
+        character), so a word is a piece and its ``##`` continuations (Google's BERT whole word masking): a
+        piece starts a word unless it begins with ``##``, and no piece ends one early.
+        """
+        starts = np.array([i < num_special or not p.startswith("##") for i, p in enumerate(pieces)], dtype=bool)
+        ends = np.arange(len(pieces)) < num_special
+        return cls(len(pieces), mask_id, num_special, starts, ends, np.zeros(len(pieces), dtype=bool))
+
     def words(self, tokens: Sequence[int], joins: Sequence[int] | None = None) -> list[tuple[int, int, int]]:
         """Returns one sequence's candidate words as (first position, end position, run).
 

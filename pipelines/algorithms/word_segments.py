@@ -60,9 +60,12 @@ def piece_joins(text: str, begins: Sequence[int]) -> np.ndarray:
     return pieces_joins([text], begins, np.array([len(begins)]))
 
 
-def pieces_joins(texts: Sequence[str], begins: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def pieces_joins(texts: Sequence[str], begins: np.ndarray, counts: np.ndarray, unit: str = "byte") -> np.ndarray:
     """``piece_joins`` of many texts at once: ``begins`` holds every text's pieces' offsets end to end (each into
     its own text), ``counts`` each text's number of pieces; returns the joins end to end.
+
+    ``unit`` is what the offsets count: "byte" (UTF-8 bytes, SentencePiece's ``begin``) or "char" (characters,
+    the tokenizers library's offsets, which WordPiece encoding gives).
 
     Raises:
         ValueError: if jieba's words do not add up to the texts (they must, or the offsets would misalign).
@@ -82,9 +85,15 @@ def pieces_joins(texts: Sequence[str], begins: np.ndarray, counts: np.ndarray) -
         in_cjk_word = np.minimum.reduceat(cjk, starts) & (lengths > 1)
         inside[:-1] = np.repeat(in_cjk_word, lengths)
         inside[starts] = False
+    begins = np.asarray(begins, dtype=np.int64)
+    if unit == "char":
+        text_chars = np.fromiter(map(len, texts), np.int64, len(texts))
+        return inside[begins + np.repeat(np.cumsum(text_chars) - text_chars, counts)].astype(np.int8)
+    if unit != "byte":
+        raise ValueError(f"unit={unit!r}: choose byte or char")
     encoded = np.frombuffer(joined.encode("utf-8"), np.uint8)
     # The character each byte belongs to (UTF-8 continuation bytes are 10xxxxxx); past the end, "no character".
     char_of_byte = np.append(np.cumsum((encoded & 0xC0) != 0x80) - 1, len(codes))
     text_bytes = np.fromiter((len(text.encode("utf-8")) for text in texts), np.int64, len(texts))
     first_byte = np.repeat(np.cumsum(text_bytes) - text_bytes, counts)
-    return inside[char_of_byte[np.asarray(begins, dtype=np.int64) + first_byte]].astype(np.int8)
+    return inside[char_of_byte[begins + first_byte]].astype(np.int8)
