@@ -111,7 +111,7 @@ def one_round(sentences: Path, spiece: str, params: Path) -> dict:
     own, wall = time.process_time(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="instances-steps-") as folder, steps_timed(timer):
         outputs = instances._outputs(config, folder, None, len(inputs), schema)
-        fn = stage._TallyingDoFn(instances._BuildShardsFn(spiece, outputs))
+        fn = stage._TallyingDoFn(instances._BuildShardsFn(instances.VocabSource.find(spiece), outputs))
         fn.setup()
         list(fn.process(groups[0]))  # a warm-up, not counted: numba loads its cached code at the first calls
         timer.cpu_s.clear()

@@ -80,6 +80,7 @@ import sentencepiece as spm
 import yaml
 
 from pipelines import instances
+from pipelines.algorithms.vocabulary import SentencePieceVocab
 from pipelines.contracts.documents import SENTENCES_SCHEMA, file_index, file_name, files_for_bytes, table_from_rows
 from pipelines.runtime import files
 
@@ -274,10 +275,11 @@ def encode_main(result: str, sentences: str, spiece: str, one_call: str) -> None
     per_file = _sentences(sentences)
     sp = spm.SentencePieceProcessor(model_file=spiece)
     raw = functools.partial(raw_encode, sp)
+    vocab = SentencePieceVocab(Path(spiece).read_bytes(), spiece)
 
     def stage_encode(texts: list[str]) -> int:
         # The stage's own tokenisation (SentencePiece's int32 buffers, no Python int per piece), as it runs it.
-        return len(instances._encode_ids(sp, texts)[0])
+        return len(instances._encode_ids(vocab, texts)[0])
 
     tokens, wall_s, cpu_s = timed_encode(raw, per_file, collector=False)
     collector_tokens, _, collector_cpu_s = timed_encode(raw, per_file, collector=True)

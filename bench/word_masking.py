@@ -32,6 +32,7 @@ from pipelines.algorithms.masking import MaskingConfig, TokenClasses
 from pipelines.algorithms.sop import Documents, PairConfig
 from pipelines.algorithms.splits import is_held_out
 from pipelines.algorithms.vocab_layout import UNK_ID, load_spiece
+from pipelines.algorithms.vocabulary import SentencePieceVocab
 from pipelines.contracts.documents import finished_files
 from pipelines.instances import _encode_ids, _encode_segmented
 from pipelines.runtime.files import read_parquet
@@ -92,7 +93,7 @@ def main() -> None:
     encode = {}
     for name, fn in (("sentencepiece", _encode_ids), ("sentencepiece + jieba", _encode_segmented)):
         start = time.process_time()
-        encoded = fn(sp, sentences)
+        encoded = fn(SentencePieceVocab(args.spiece.read_bytes(), str(args.spiece)), sentences)
         encode[name] = (time.process_time() - start) / text_mb
     tokens, lengths, joins = encoded
 

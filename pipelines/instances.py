@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,19 +31,28 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import sentencepiece as spm
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.algorithms.batch_hashes import stable_hashes64
 from pipelines.algorithms.masked_pairs import Instances, Items, build_planned, plan_pairs
-from pipelines.algorithms.masking import WORD_SEGMENTERS, MaskingConfig, TokenClasses
+from pipelines.algorithms.masking import WORD_SEGMENTERS, MaskingConfig
 from pipelines.algorithms.sop import Documents, PairConfig
 from pipelines.algorithms.splits import SPLIT_KEY, HeldOutSplit
 from pipelines.algorithms.textnorm import Normalizer
-from pipelines.algorithms.vocab_layout import spiece_from_proto
+from pipelines.algorithms.vocabulary import (
+    SPIECE_MODEL,
+    VOCAB_FILES,
+    VOCAB_TXT,
+    Vocabulary,
+    token_classes,
+    vocabulary_from_bytes,
+)
 from pipelines.algorithms.word_segments import jieba_words, pieces_joins
+from pipelines.algorithms.wordpiece import CONFIG as WORDPIECE_CONFIG
+from pipelines.algorithms.wordpiece import read_config
 from pipelines.contracts.documents import finished_files, read_normalizer, require_deduped
-from pipelines.contracts.manifest import MANIFEST, SCHEMA_VERSION, SPIECE, SPLITS, Manifest, ShardInfo, shard_schema
+from pipelines.contracts.manifest import MANIFEST, SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, shard_schema
 from pipelines.contracts.shards import ShardWriter, rows_table
 from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
@@ -142,14 +150,14 @@ ENCODE_SENTENCES = 8192
 
 class _BuildShardsFn(beam.DoFn):
     """Builds and writes every output's two shards of each sentence file of a group, encoding the group's
-    sentences in one call; loads SentencePiece once per worker. Yields (output's position, ``ShardInfo``)."""
+    sentences in one call; loads the vocabulary once per worker. Yields (output's position, ``ShardInfo``)."""
 
-    def __init__(self, spiece: str, outputs: list[ShardOutput]) -> None:
-        self.spiece, self.outputs = spiece, outputs
+    def __init__(self, vocab: VocabSource, outputs: list[ShardOutput]) -> None:
+        self.vocab_source, self.outputs = vocab, outputs
 
     def setup(self) -> None:
-        self.sp = spiece_from_proto(files.read_bytes(self.spiece), self.spiece)
-        self.classes = TokenClasses.from_pieces([self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())])
+        self.vocab = self.vocab_source.load()
+        self.classes = token_classes(self.vocab)
         self.knobs = [(o.config.pairs, o.config.masking) for o in self.outputs]  # built once per worker
         # The outputs share one encoding of each file, and their config's word_segmenter (one stage config).
         self.segmented = any(o.config.word_segmenter != "none" for o in self.outputs)
@@ -189,13 +197,14 @@ class _BuildShardsFn(beam.DoFn):
 
     def _encode(self, files_sentences: list[pa.ChunkedArray]) -> list[Documents]:
         """Returns each file's documents (a list of sentences each) as piece ids."""
-        # SentencePiece's C++ loop, not a Python one per sentence, over every file's sentences in a few calls. It
-        # takes UTF-8 bytes as it takes str, and bytes objects cost Arrow no decoding to make.
-        flat = [pc.list_flatten(sentences).cast(pa.binary()) for sentences in files_sentences]
+        # The tokenizer's compiled loop, not a Python one per sentence, over every file's sentences in a few calls.
+        # SentencePiece takes UTF-8 bytes as it takes str, and bytes objects cost Arrow no decoding to make.
+        text_type = pa.binary() if self.vocab.file == SPIECE_MODEL else pa.string()
+        flat = [pc.list_flatten(sentences).cast(text_type) for sentences in files_sentences]
         texts = [text for texts in flat for text in texts.to_pylist()]
         encode = _encode_segmented if self.segmented else _encode_ids
         encoded = [
-            encode(self.sp, texts[start : start + ENCODE_SENTENCES])
+            encode(self.vocab, texts[start : start + ENCODE_SENTENCES])
             for start in range(0, max(len(texts), 1), ENCODE_SENTENCES)  # one call for none, for empty arrays
         ]
         tokens, lengths, *joins = (np.concatenate(parts) for parts in zip(*encoded, strict=True))
@@ -243,32 +252,17 @@ def _table(schema: pa.Schema, built: Instances, items: Items) -> pa.Table:
     return rows_table(schema, lists, scalars)
 
 
-def _encode_ids(sp: spm.SentencePieceProcessor, texts: list[str] | list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """Returns ``sp.encode(texts)`` flattened: every text's piece ids end to end (int32) and each one's count."""
-    # The C++ int32 buffers of SentencePiece's "numpy" output, without the per-text np.frombuffer of its public
-    # wrapper (slower than lists, which make a Python int per piece). A private method of the pinned
-    # sentencepiece==0.2.3, called as its Encode calls it for plain encoding; test_instances checks it is
-    # sp.encode. One thread (workers are the parallelism), no sampling (nbest -1, alpha 0.1 unused), no BOS, EOS
-    # or reversal.
-    buffers = sp._processor._EncodeAsBufferBatch(texts, 1, None, False, -1, 0.1, False, False, False)
-    # BytesIO.write copies a buffer and returns its size: one buffer request per text (a pybind11 call, the costly
-    # part) where a length pass then a join made two.
-    sink = io.BytesIO()
-    sizes = np.fromiter(map(sink.write, buffers), np.int64, len(buffers))
-    return np.frombuffer(sink.getbuffer(), dtype=np.int32), sizes // 4  # pieces, not bytes
+def _encode_ids(vocab: Vocabulary, texts: list[str] | list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Returns every text's piece ids end to end (int32) and each one's count."""
+    return vocab.encode(texts)
 
 
-def _encode_segmented(sp: spm.SentencePieceProcessor, texts: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _encode_segmented(vocab: Vocabulary, texts: list[bytes] | list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns what ``_encode_ids`` does, and each piece's ``piece_joins`` (int8): whether it continues a jieba
-    word. The pieces' offsets come from SentencePiece's proto output, a slower call made only here."""
-    tokens, lengths = _encode_ids(sp, texts)
-    decoded = [text.decode("utf-8") for text in texts]
-    begins = np.fromiter(
-        (piece.begin for proto in sp.encode(decoded, return_type="proto") for piece in proto.pieces),
-        np.int64,
-        len(tokens),
-    )
-    return tokens, lengths, pieces_joins(decoded, begins, lengths)
+    word, found from the pieces' offsets (a slower call, made only here)."""
+    decoded = [text.decode("utf-8") if isinstance(text, bytes) else text for text in texts]
+    tokens, lengths, begins = vocab.encode_with_begins(decoded)
+    return tokens, lengths, pieces_joins(decoded, begins, lengths, vocab.begins_unit)
 
 
 RUN_TOKENS = 1 << 18  # tokens of the rows laid out and masked at once: ~20 MB of working arrays
@@ -289,9 +283,9 @@ def _runs(row_tokens: np.ndarray) -> Iterator[slice]:
 class BuildInstances(beam.PTransform):
     """Groups of (file index, sentence file path) → (output's position, ``ShardInfo``) of each shard written."""
 
-    def __init__(self, spiece: str, outputs: list[ShardOutput]) -> None:
+    def __init__(self, vocab: VocabSource, outputs: list[ShardOutput]) -> None:
         super().__init__()
-        self.fn = _BuildShardsFn(spiece, outputs)
+        self.fn = _BuildShardsFn(vocab, outputs)
 
     def expand(self, files):
         return (
@@ -335,7 +329,7 @@ def _check_not_empty(shards: list[ShardInfo], output: ShardOutput, input_folder:
 
 
 def _write_shards(
-    options: PipelineOptions, inputs: list[str], spiece: str, outputs: list[ShardOutput]
+    options: PipelineOptions, inputs: list[str], vocab: VocabSource, outputs: list[ShardOutput]
 ) -> list[tuple[list[ShardInfo], dict[str, int]]]:
     """Runs the pipeline that writes every shard; returns each output's manifest entries and counters."""
     pipeline = beam.Pipeline(options=options)
@@ -343,7 +337,7 @@ def _write_shards(
     _ = (
         pipeline
         | "ListSentenceFiles" >> beam.Create(_groups(inputs))
-        | "BuildInstances" >> BuildInstances(spiece, outputs)
+        | "BuildInstances" >> BuildInstances(vocab, outputs)
         | "GatherShardInfo" >> beam.combiners.ToList()
         | "WriteShardIndexes" >> beam.Map(_write_shard_indexes, folders)
     )
@@ -352,26 +346,78 @@ def _write_shards(
     return [(_read_shard_index(folder), counted) for folder, counted in zip(folders, counters, strict=True)]
 
 
+@dataclass(frozen=True)
+class VocabSource:
+    """The vocabulary file the stage encodes with, as bytes (a remote path is read once, by the launcher), and a
+    vocab.txt's settings (its tokenizer_config.json's): what every worker loads the vocabulary from."""
+
+    path: str
+    data: bytes = field(repr=False)
+    tokenizer: dict | None
+
+    @classmethod
+    def find(cls, path: str) -> VocabSource:
+        """Reads ``path``: a vocabulary file, or a folder holding exactly one (the vocab stage's output).
+
+        Raises:
+            FileNotFoundError: naming the folder, when it holds no vocabulary file.
+            ValueError: naming the folder, when it holds both kinds (which one was meant is unknowable).
+        """
+        if FileSystems.split(path)[1] not in VOCAB_FILES:
+            found = [name for name in VOCAB_FILES if files.exists(files.join(path, name))]
+            if not found:
+                raise FileNotFoundError(f"{path}: no {' or '.join(VOCAB_FILES)}; run the vocab stage first")
+            if len(found) > 1:
+                raise ValueError(f"{path}: holds both {' and '.join(found)}; name the vocabulary file itself")
+            path = files.join(path, found[0])
+        tokenizer = None
+        folder, name = FileSystems.split(path)
+        if name == VOCAB_TXT:
+            config = files.join(folder, WORDPIECE_CONFIG)
+            tokenizer = read_config(files.read_bytes(config), config) if files.exists(config) else None
+        return cls(path, files.read_bytes(path), tokenizer)
+
+    def load(self) -> Vocabulary:
+        return vocabulary_from_bytes(FileSystems.split(self.path)[1], self.data, self.tokenizer, self.path)
+
+
+def _check_normalizer(vocab: Vocabulary, normalizer: Normalizer, vocab_path: str, input_folder: str) -> None:
+    """A vocab.txt normalises as BertTokenizer does (its own case and accent rules): sentences the segment stage
+    has already lower-cased or stripped (NFKD, which also folds full-width forms) would give other ids."""
+    if vocab.file == VOCAB_TXT and (normalizer.lower_case or normalizer.strip_accents):
+        raise ValueError(
+            f"{input_folder}: the segment stage lower-cased or stripped accents ({normalizer}), but {vocab_path} "
+            "is a WordPiece vocabulary that does its own (its tokenizer_config.json): rerun segment with "
+            "segment.lower_case false and segment.strip_accents false, or normalization_from its folder"
+        )
+
+
 def run(argv: list[str] | None = None) -> Manifest:
     """Runs the stage; returns the manifest of ``--output``, written last (after any ``--eval_output``'s)."""
     args = parse_stage_args(
         argv,
         InstancesConfig,
         "instances",
-        {"input": "dedup stage folder", "spiece": "spiece.model of the vocab stage", "output": "shard folder"},
+        {
+            "input": "dedup stage folder",
+            "spiece": f"the vocab stage's folder, or its vocabulary file ({' or '.join(VOCAB_FILES)})",
+            "output": "shard folder",
+        },
         __doc__,
         _work_s,
         {"eval_output": f"folder for the held-out documents alone, as {' and as '.join(EVAL_OBJECTIVES)} pairs"},
     )
     config, (input_folder, spiece, output, eval_output) = args.config, args.paths.values()
-    owned = ["*.arrow", SHARD_INDEX, SPIECE]  # and MANIFEST: what the stage writes in each shard folder
+    owned = ["*.arrow", SHARD_INDEX, *VOCAB_FILES]  # and MANIFEST: what the stage writes in each shard folder
     in_eval = [f"{objective}/{name}" for objective in EVAL_OBJECTIVES for name in [MANIFEST, *owned]]
     check_outputs(args.paths, {"output": [MANIFEST, *owned], "eval_output": in_eval})
     inputs = finished_files(input_folder, "sentences")
     require_deduped(input_folder, args.allow_undeduped)  # its held-out documents repeat no training text
     normalizer = Normalizer(**read_normalizer(input_folder, config.held_out_fraction))
-    spiece_bytes = files.read_bytes(spiece)
-    vocab_size = spiece_from_proto(spiece_bytes, spiece).get_piece_size()  # before any worker starts
+    source = VocabSource.find(spiece)
+    vocab = source.load()  # checked before any worker starts
+    _check_normalizer(vocab, normalizer, source.path, input_folder)
+    vocab_size = vocab.vocab_size
     config.pairs, config.masking  # noqa: B018 -- validate the knobs before any worker starts
     if config.word_segmenter == "jieba":
         jieba_words("")  # jieba installed, its dictionary the pinned one: checked before any worker starts
@@ -381,7 +427,7 @@ def run(argv: list[str] | None = None) -> Manifest:
         # Stale shards of an earlier run with more files go too, so each folder holds this run alone.
         for o in outputs:
             owning.enter_context(owning_outputs(o.writer.folder, MANIFEST, owned))
-        written = _write_shards(args.beam, inputs, spiece, outputs)
+        written = _write_shards(args.beam, inputs, source, outputs)
         for o, (shards, counters) in zip(outputs, written, strict=True):
             _check_not_empty(shards, o, input_folder, counters)
         manifests = [
@@ -389,7 +435,9 @@ def run(argv: list[str] | None = None) -> Manifest:
                 schema_version=SCHEMA_VERSION,
                 shards=shards,
                 vocab_size=vocab_size,
-                spiece_sha256=o.writer.write_spiece(spiece_bytes),
+                vocab_file=vocab.file,
+                vocab_sha256=o.writer.write_vocab(vocab.file, source.data),
+                tokenizer=vocab.tokenizer,
                 max_seq_length=o.config.max_seq_length,
                 inter_sentence=o.config.inter_sentence,
                 masking=o.config.masking,

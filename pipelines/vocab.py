@@ -12,7 +12,9 @@ Run::
     python -m pipelines.vocab --input data/deduped --output data/vocab
 
 Outputs: ``spiece.model``, ``spiece.vocab`` and, written last, ``stats.json`` (``trained_on``, the documents
-read and held-out documents skipped, the sentences sampled).
+read and held-out documents skipped, the sentences sampled). With ``kind: wordpiece`` (or ``from_wordpiece``) a
+BERT ``vocab.txt`` and its ``tokenizer_config.json`` instead (``pipelines.algorithms.wordpiece``), which the
+instances stage reads as ``transformers.BertTokenizer`` does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.algorithms.hashes import stable_hash64
 from pipelines.algorithms.splits import HeldOutSplit, is_held_out
 from pipelines.algorithms.vocab_layout import CONTROL_SYMBOLS, PAD_ID, SPECIAL_PIECES, UNK_ID, spiece_from_proto
+from pipelines.algorithms.wordpiece import (
+    CONFIG,
+    VOCAB_TXT,
+    WordPieceSettings,
+    WordPieceVocab,
+    is_vocab_txt,
+    read_config,
+    train_wordpiece,
+    wordpiece_from_bytes,
+)
 from pipelines.contracts.documents import STATS, finished_files, read_split_stats, require_deduped
 from pipelines.runtime import files, progress
 from pipelines.runtime.commands import main
@@ -47,6 +59,9 @@ __all__ = ["SampleSentences", "VocabConfig", "read_sentences", "run", "sample_to
 
 MODEL_TYPES = ("unigram",)  # transformers.AlbertTokenizer is a Unigram tokenizer; BPE pieces would not load
 SAMPLE_FILE = ".sample-sentences.txt"
+KINDS = ("sentencepiece", "wordpiece")
+SPIECE_FILES = ["spiece.model", "spiece.vocab"]
+WORDPIECE_FILES = [VOCAB_TXT, CONFIG]
 # sentences_read: the training documents' sentences, the pool the sample is drawn from.
 COUNTERS = Counters(
     "vocab", "files_read", "documents_read", "held_out_documents_skipped", "sentences_read", "sentences_sampled"
@@ -83,6 +98,24 @@ class VocabConfig(HeldOutSplit):
             "(continued pretraining keeps its start's vocabulary); vocab_size and the sampling knobs are then unused"
         },
     )
+    kind: str = dataclasses.field(
+        default="sentencepiece",
+        metadata={
+            "help": f"one of {KINDS}: spiece.model (ALBERT's), or a BERT vocab.txt trained here (SentencePiece BPE's "
+            "pieces over BERT's words, every character of the sample kept; segment must then neither lower-case "
+            "nor strip accents, which BertTokenizer does itself)"
+        },
+    )
+    lower_case: bool = dataclasses.field(
+        default=True, metadata={"help": "kind wordpiece: the vocab.txt's do_lower_case (BERT also strips accents)"}
+    )
+    from_wordpiece: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "an existing BERT vocab.txt, or a folder holding one (and its tokenizer_config.json), to use "
+            "instead of training: its ids, special ones included, stay as they are"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -92,6 +125,10 @@ class VocabConfig(HeldOutSplit):
             raise ValueError(f"vocab_size {self.vocab_size}: must exceed the {len(SPECIAL_PIECES)} special pieces")
         if self.sample_sentences < 1 or self.num_threads < 1:
             raise ValueError("sample_sentences and num_threads must be positive")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind {self.kind!r}: expected one of {KINDS}")
+        if self.from_spiece and self.from_wordpiece:
+            raise ValueError("from_spiece and from_wordpiece both set: the stage has one vocabulary")
 
 
 class SampleSentences(beam.PTransform):
@@ -235,22 +272,32 @@ def run(argv: list[str] | None = None) -> dict:
         argv,
         VocabConfig,
         "vocab",
-        {"input": "dedup stage folder", "output": "folder for spiece.model"},
-        "Sample sentences and train the SentencePiece vocabulary with ALBERT's special ids.",
+        {"input": "dedup stage folder", "output": "folder for spiece.model (or vocab.txt)"},
+        "Sample sentences and train the vocabulary (SentencePiece with ALBERT's special ids, or WordPiece).",
         work_per_input_mb(SAMPLE_CPU_S_PER_MB),
     )
     config, out = args.config, args.paths["output"]
-    written = [STATS, "spiece.model", "spiece.vocab", SAMPLE_FILE]
-    check_outputs(args.paths, {"output": written}, {"from_spiece": config.from_spiece})
+    # Both kinds' files: a run of one kind removes what a run of the other left, so the folder holds one vocabulary.
+    owned = [*SPIECE_FILES, *WORDPIECE_FILES, SAMPLE_FILE]
+    check_outputs(
+        args.paths,
+        {"output": [STATS, *owned]},
+        {"from_spiece": config.from_spiece, "from_wordpiece": config.from_wordpiece},
+    )
     if config.from_spiece:
-        with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab"]):
+        with owning_outputs(out, STATS, owned):
             return _copy_and_record(config.from_spiece, out, config)
+    if config.from_wordpiece:
+        with owning_outputs(out, STATS, owned):
+            return _copy_wordpiece(config.from_wordpiece, out, config)
     inputs = finished_files(args.paths["input"], "sentences")
     require_deduped(args.paths["input"], args.allow_undeduped)  # its held-out documents repeat no training text
     read_split_stats(args.paths["input"], config.held_out_fraction)  # and are the ones skipped here
     sample_path = files.join(out, SAMPLE_FILE)
-    with owning_outputs(out, STATS, ["spiece.model", "spiece.vocab", SAMPLE_FILE]):
+    with owning_outputs(out, STATS, owned):
         counters = sample_to_file(inputs, sample_path, config, args.beam)
+        if config.kind == "wordpiece":
+            return _train_wordpiece(sample_path, out, config, counters)
         return _train_and_record(sample_path, out, config, counters)
 
 
@@ -302,6 +349,47 @@ def _train_and_record(sample_path: str, out: str, config: VocabConfig, counters:
     model = files.read_bytes(files.join(out, "spiece.model"))
     drawn = {"trained_on": TRAINED_ON, "sampled_sentences": counters["sentences_sampled"], "counters": counters}
     return _record(out, sp, model, config, **drawn)
+
+
+def _train_wordpiece(sample_path: str, out: str, config: VocabConfig, counters: dict[str, int]) -> dict:
+    if not counters.get("sentences_sampled"):
+        raise ValueError(f"{sample_path}: no sentence to train on (counters: {counters})")
+    settings = WordPieceSettings(do_lower_case=config.lower_case)
+    vocab = train_wordpiece(_lines(sample_path), config.vocab_size, settings, config.num_threads)
+    files.delete_if_exists(sample_path)
+    log.info("vocab: %d WordPiece pieces from %d sentences", vocab.vocab_size, counters["sentences_sampled"])
+    drawn = {"trained_on": TRAINED_ON, "sampled_sentences": counters["sentences_sampled"], "counters": counters}
+    return _write_wordpiece(vocab, out, config, **drawn)
+
+
+def _copy_wordpiece(source: str, out: str, config: VocabConfig) -> dict:
+    # The pieces as they are (a start's ids, special ones included, must not move). Its tokenizer_config.json is
+    # read for BertTokenizer's switches alone and written anew: a file from elsewhere may carry anything else.
+    path = source if is_vocab_txt(source) else files.join(source, VOCAB_TXT)
+    if not files.exists(path):
+        raise FileNotFoundError(f"{source}: no {VOCAB_TXT} there (vocab.from_wordpiece)")
+    config_path = files.join(FileSystems.split(path)[0], CONFIG)
+    tokenizer = read_config(files.read_bytes(config_path), config_path) if files.exists(config_path) else None
+    vocab = wordpiece_from_bytes(files.read_bytes(path), tokenizer, path)
+    log.info("vocab: %d WordPiece pieces copied from %s", vocab.vocab_size, path)
+    return _write_wordpiece(vocab, out, config, from_wordpiece=path)
+
+
+def _write_wordpiece(vocab: WordPieceVocab, out: str, config: VocabConfig, **provenance: Any) -> dict:
+    data = vocab.vocab_txt()
+    files.write_bytes_atomically(files.join(out, VOCAB_TXT), data)
+    tokenizer_config = {**vocab.tokenizer, "tokenizer_class": "BertTokenizer"}
+    files.write_json_atomically(files.join(out, CONFIG), tokenizer_config)
+    stats = {
+        **provenance,
+        "kind": "wordpiece",
+        "vocab_size": vocab.vocab_size,
+        "vocab_txt_sha256": files.sha256_hex(data),
+        "tokenizer": vocab.tokenizer,
+        "config": dataclasses.asdict(config),
+    }
+    files.write_json_atomically(files.join(out, STATS), stats)  # last: its presence marks a finished stage
+    return stats
 
 
 def _record(out: str, sp: spm.SentencePieceProcessor, model: bytes, config: VocabConfig, **provenance: Any) -> dict:

@@ -80,7 +80,7 @@ def test_the_first_step_trains_the_transformers_model_itself(start, pipeline_run
         init_from=str(start),
         vocab_size=manifest.vocab_size,
         normalizer={"lower_case": True, "strip_accents": True},
-        spiece_sha256=manifest.spiece_sha256,
+        spiece_sha256=manifest.vocab_sha256,
         preset="base",  # the start's shape wins over the preset
     )
     module.configure_model()

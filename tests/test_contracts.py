@@ -81,7 +81,7 @@ def test_the_loader_refuses_a_vocabulary_with_another_layout_even_when_the_manif
     # As a hand-edited folder would be: the instances stage itself never writes one.
     shutil.copyfile(default_layout_spiece, shards / SPIECE)
     body = json.loads((shards / MANIFEST).read_text())
-    body["spiece_sha256"] = hashlib.sha256(default_layout_spiece.read_bytes()).hexdigest()
+    body["vocab_sha256"] = hashlib.sha256(default_layout_spiece.read_bytes()).hexdigest()
     (shards / MANIFEST).write_text(json.dumps(body))
     with pytest.raises(ValueError, match=rf"{SPIECE}: not ALBERT's id layout"):
         ShardDataset(shards, "validation")

@@ -15,6 +15,7 @@ import sentencepiece as spm
 from pipelines import instances
 from pipelines.algorithms.masked_pairs import document_instances
 from pipelines.algorithms.masking import TokenClasses, is_cjk
+from pipelines.algorithms.vocabulary import SentencePieceVocab
 from pipelines.contracts.manifest import MANIFEST, SPIECE, Manifest, shard_schema
 from pipelines.contracts.shards import open_shard
 from pipelines.instances import InstancesConfig, _encode_ids
@@ -100,7 +101,7 @@ def test_the_stage_encodes_as_sp_encode_does(pipeline_run: PipelineRun, sp: spm.
     they must be sp.encode's ids, empty and non-ASCII sentences included."""
     sentences = read_parquet(str(next(pipeline_run.sentences.glob("sentences-*")))).column("sentences")
     texts = [*pc.list_flatten(sentences).to_pylist(), "", " ", "中文 çà ⁇ \t x"]
-    tokens, lengths = _encode_ids(sp, texts)
+    tokens, lengths = _encode_ids(SentencePieceVocab(pipeline_run.spiece.read_bytes(), "spiece.model"), texts)
     expected = sp.encode(texts)
     assert lengths.tolist() == [len(ids) for ids in expected]
     assert tokens.dtype == np.int32 and tokens.tolist() == [t for ids in expected for t in ids]
@@ -119,7 +120,7 @@ def test_a_group_of_files_encodes_to_each_files_own_documents(
     assert [path for group in groups for _, path in group] == paths
     assert [index for group in groups for index, _ in group] == list(range(len(paths)))
     assert all(0 < len(group) <= instances.FILES_PER_ENCODE for group in groups)
-    fn = instances._BuildShardsFn(str(pipeline_run.spiece), [])
+    fn = instances._BuildShardsFn(instances.VocabSource.find(str(pipeline_run.spiece)), [])
     fn.setup()
     columns = [read_parquet(path).column("sentences") for path in paths[:3]]
     columns.insert(1, columns[0].slice(0, 0))
@@ -161,7 +162,7 @@ def test_every_shard_opens_memory_mapped_and_matches_the_manifest(pipeline_run: 
         assert table.schema.equals(schema)
         assert table.num_rows == shard.rows
         assert sum(len(x) for x in table["input_ids"].to_pylist()) == shard.tokens
-    assert manifest.spiece_sha256 == hashlib.sha256((pipeline_run.shards / SPIECE).read_bytes()).hexdigest()
+    assert manifest.vocab_sha256 == hashlib.sha256((pipeline_run.shards / SPIECE).read_bytes()).hexdigest()
     assert manifest.counters["instances"] == sum(s.rows for s in manifest.shards)
     train = {
         d

@@ -156,7 +156,7 @@ def write_subset(source: Path, folder: Path, rows: int, validation_rows: int | N
     for split, count in (("train", rows), ("validation", rows if validation_rows is None else validation_rows)):
         table = pa.concat_tables(open_shard(p) for p in manifest.paths(source, split)).slice(0, count)
         shards.append(writer.write_shard(split, 0, [table]))
-    writer.write_spiece((source / SPIECE).read_bytes())
+    writer.write_vocab(SPIECE, (source / SPIECE).read_bytes())
     writer.write_manifest(dataclasses.replace(manifest, shards=shards))
     return folder
 

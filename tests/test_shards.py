@@ -63,7 +63,7 @@ def test_an_older_sentence_folder_without_a_normalisation_record_is_refused(
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda body: body | {"schema_version": 1}, "schema_version 1, expected 2"),
+        (lambda body: body | {"schema_version": 1}, "schema_version 1, expected 3"),
         (lambda body: {k: v for k, v in body.items() if k != "masking"}, r"\['masking'\] missing or unknown"),
         (lambda body: body | {"masking": body["masking"] | {"ngram": 0}}, "ngram"),
         (lambda body: body | {"inter_sentence": "swap"}, "inter_sentence='swap'"),
@@ -126,8 +126,8 @@ def test_a_copied_folder_written_by_the_writer_reads_and_verifies(pipeline_run: 
     writer = _writer(tmp_path, manifest)
     first = {s: open_shard(manifest.paths(pipeline_run.shards, s)[0]) for s in ("train", "validation")}
     shards = [writer.write_shard(s, 0, [table]) for s, table in first.items()]
-    sha = writer.write_spiece((pipeline_run.shards / SPIECE).read_bytes())
-    writer.write_manifest(dataclasses.replace(manifest, shards=shards, spiece_sha256=sha))
+    sha = writer.write_vocab(SPIECE, (pipeline_run.shards / SPIECE).read_bytes())
+    writer.write_manifest(dataclasses.replace(manifest, shards=shards, vocab_sha256=sha))
     copied = Manifest.read(tmp_path, verify=True)
     assert [s.rows for s in copied.shards] == [s.rows for s in manifest.shards[:1] + manifest.split("validation")[:1]]
 

@@ -151,12 +151,14 @@ def test_no_masked_span_splits_a_jieba_word_with_jieba_and_many_do_per_character
 
 def test_the_stage_joins_every_piece_that_starts_inside_a_jieba_word(zh_run: Path) -> None:
     """The stage's vectorised joins against a plain count of characters, on every sentence of the fixture."""
+    from pipelines.algorithms.vocabulary import SentencePieceVocab
     from pipelines.instances import _encode_segmented
 
     sp = _sp(zh_run)
     sentences = [s for p in sorted((zh_run / "s").glob("sentences-*")) for d in read_parquet(str(p)).to_pylist()
                  for s in d["sentences"]]  # fmt: skip
-    tokens, lengths, joins = _encode_segmented(sp, [s.encode("utf-8") for s in sentences])
+    vocab = SentencePieceVocab((zh_run / "v" / "spiece.model").read_bytes(), "spiece.model")
+    tokens, lengths, joins = _encode_segmented(vocab, [s.encode("utf-8") for s in sentences])
     expected = []
     for sentence in sentences:  # each piece's first character: is it a later character of a CJK jieba word?
         later = []

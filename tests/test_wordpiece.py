@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.algorithms.masking import TokenClasses
 from pipelines.algorithms.sentences import split_sentences
+from pipelines.algorithms.vocabulary import token_classes
 from pipelines.algorithms.word_segments import pieces_joins
 from pipelines.algorithms.wordpiece import (
     WordPieceSettings,
@@ -129,7 +129,7 @@ def test_training_is_deterministic_and_keeps_every_cjk_character(sentences):
 
 
 def test_a_word_is_a_piece_and_its_continuations(trained):
-    classes = TokenClasses.from_wordpieces(trained.pieces, trained.special_ids["mask_token"], trained.num_special)
+    classes = token_classes(trained)
     text = "Whatsoever befell 贾雨村, unbelievably."
     ids, _ = trained.encode([text])
     pieces = [trained.pieces[i] for i in ids]

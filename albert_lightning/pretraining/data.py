@@ -28,8 +28,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from albert_lightning.pretraining.bucket_cache import is_remote, local_folder
 from pipelines.algorithms.masking import TokenClasses, mask_batch
 from pipelines.algorithms.seeding import mix_keys, stable_hash64
-from pipelines.algorithms.vocab_layout import load_spiece
-from pipelines.contracts.manifest import SPIECE, Manifest
+from pipelines.algorithms.vocabulary import token_classes
+from pipelines.contracts.manifest import Manifest
 from pipelines.contracts.shards import open_shard
 
 __all__ = ["EpochBatchSampler", "ShardDataModule", "ShardDataset", "collate"]
@@ -129,9 +129,9 @@ class ShardDataset(Dataset):
         self.counts = np.array([s.rows for s in self.manifest.split(split)], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)])
         self.masking, self.seed = masking, seed
-        self.spiece = os.path.join(folder, SPIECE)
+        self.folder = os.fspath(folder)
         if verify:
-            load_spiece(self.spiece)
+            self.manifest.vocabulary(self.folder)
         self._key = np.uint64(stable_hash64("dynamic-masking", seed))
         self._shards: list[_Shard] | None = None  # opened lazily, once per worker process
         self._classes: TokenClasses | None = None
@@ -141,8 +141,7 @@ class ShardDataset(Dataset):
 
     def _open(self) -> None:
         self._shards = [_Shard(p, self.manifest.schema) for p in self.paths]
-        sp = load_spiece(self.spiece)
-        self._classes = TokenClasses.from_pieces([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+        self._classes = token_classes(self.manifest.vocabulary(self.folder))
 
     def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
         return self.__getitems__([key]).row(0)
@@ -315,7 +314,8 @@ class ShardDataModule(L.LightningDataModule):
 
     @property
     def spiece_sha256(self) -> str:
-        return self.manifest.spiece_sha256
+        """The sha256 of the shards' vocabulary file (spiece.model or vocab.txt); the model records it."""
+        return self.manifest.vocab_sha256
 
     @property
     def normalizer(self) -> dict[str, bool | str]:

@@ -20,7 +20,6 @@ from pipelines.algorithms.batch_hashes import stable_hashes64
 from pipelines.algorithms.masking import MaskedBatch, MaskingConfig, TokenClasses, mask_batch
 from pipelines.algorithms.seeding import mix_keys
 from pipelines.algorithms.sop import INTER_SENTENCE_MODES, NSP, Documents, PairConfig, PairSpans, pair_spans
-from pipelines.algorithms.vocab_layout import CLS_ID, SEP_ID
 
 __all__ = ["Instances", "Items", "PairPlan", "build_instances", "build_planned", "document_instances", "plan_pairs"]
 
@@ -108,7 +107,7 @@ def build_planned(documents: Documents, plan: PairPlan, masking: MaskingConfig, 
     """Lays out and masks the pairs of ``plan`` (or a run of its rows), in its order."""
     offsets, num_a = _row_offsets(plan)
     tokens, types = np.empty(offsets[-1], dtype=np.int64), np.empty(offsets[-1], dtype=np.int8)
-    _lay_out(documents.tokens, *plan.spans[:4], offsets, tokens, types)
+    _lay_out(documents.tokens, *plan.spans[:4], offsets, tokens, types, classes.cls_id, classes.sep_id)
     joins = None
     if documents.joins is not None:
         joins = np.zeros(offsets[-1], dtype=np.int8)  # 0 at the specials: a word never continues across one
@@ -141,16 +140,16 @@ def _row_offsets(plan: PairPlan) -> tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _lay_out(source, first_lo, first_hi, second_lo, second_hi, offsets, tokens, types):
+def _lay_out(source, first_lo, first_hi, second_lo, second_hi, offsets, tokens, types, cls_id, sep_id):
     """Writes row r as ``[CLS] source[first_lo:first_hi] [SEP] source[second_lo:second_hi] [SEP]`` and its
     token types."""
     for r in range(len(first_lo)):
         start, split, end = offsets[r], offsets[r] + 2 + first_hi[r] - first_lo[r], offsets[r + 1]
-        tokens[start] = CLS_ID
+        tokens[start] = cls_id
         tokens[start + 1 : split - 1] = source[first_lo[r] : first_hi[r]]
-        tokens[split - 1] = SEP_ID
+        tokens[split - 1] = sep_id
         tokens[split : end - 1] = source[second_lo[r] : second_hi[r]]
-        tokens[end - 1] = SEP_ID
+        tokens[end - 1] = sep_id
         types[start:split], types[split:end] = 0, 1
 
 

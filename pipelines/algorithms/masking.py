@@ -37,7 +37,7 @@ import numba
 import numpy as np
 
 from pipelines.algorithms.seeding import uniform
-from pipelines.algorithms.vocab_layout import MASK_ID, NUM_SPECIAL
+from pipelines.algorithms.vocab_layout import CLS_ID, MASK_ID, NUM_SPECIAL, SEP_ID
 
 __all__ = [
     "CJK_RANGES",
@@ -117,6 +117,8 @@ class TokenClasses:
     starts_word: np.ndarray = field(repr=False)  # [vocab] the piece itself begins a word
     ends_word: np.ndarray = field(repr=False)  # [vocab] the piece ends in CJK/punctuation: the next begins a word
     bare_space: np.ndarray = field(repr=False)  # [vocab] the piece is whitespace alone: the next continues its word
+    cls_id: int = CLS_ID  # the specials a pair is laid out with (masked_pairs): ALBERT's, or a vocab.txt's own
+    sep_id: int = SEP_ID
 
     @classmethod
     def from_pieces(cls, pieces: Sequence[str], mask_id: int = MASK_ID, num_special: int = NUM_SPECIAL) -> TokenClasses:
@@ -132,8 +134,9 @@ class TokenClasses:
         return cls(len(pieces), mask_id, num_special, *arrays)
 
     @classmethod
-    def from_wordpieces(cls, pieces: Sequence[str], mask_id: int, num_special: int) -> TokenClasses:
-        """Builds the classes of a WordPiece vocabulary (``pieces[i]`` = the line of id i of its ``vocab.txt``).
+    def from_wordpieces(cls, pieces: Sequence[str], special_ids: dict[str, int], num_special: int) -> TokenClasses:
+        """Builds the classes of a WordPiece vocabulary (``pieces[i]`` = the line of id i of its ``vocab.txt``,
+        ``special_ids`` its pad/unk/cls/sep/mask_token ids).
 
         BERT's basic tokenizer has already cut the text into words (at spaces and punctuation, around every CJK
         character), so a word is a piece and its ``##`` continuations (Google's BERT whole word masking): a
@@ -141,7 +144,9 @@ class TokenClasses:
         """
         starts = np.array([i < num_special or not p.startswith("##") for i, p in enumerate(pieces)], dtype=bool)
         ends = np.arange(len(pieces)) < num_special
-        return cls(len(pieces), mask_id, num_special, starts, ends, np.zeros(len(pieces), dtype=bool))
+        bare = np.zeros(len(pieces), dtype=bool)
+        ids = special_ids["mask_token"], special_ids["cls_token"], special_ids["sep_token"]
+        return cls(len(pieces), ids[0], num_special, starts, ends, bare, cls_id=ids[1], sep_id=ids[2])
 
     def words(self, tokens: Sequence[int], joins: Sequence[int] | None = None) -> list[tuple[int, int, int]]:
         """Returns one sequence's candidate words as (first position, end position, run).

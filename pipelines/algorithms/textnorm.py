@@ -92,7 +92,8 @@ def normalizer_of(settings: dict) -> Normalizer:
 
 
 def hf_normalizer(folder: str | Path) -> Normalizer:
-    """How a Hugging Face folder's tokenizer normalises text: its tokenizer_config.json, else the defaults.
+    """How a Hugging Face folder's tokenizer normalises text: its tokenizer_config.json, else the defaults; for a
+    folder with a WordPiece ``vocab.txt`` and no ``spiece.model``, no case or accent change (the vocabulary's own).
 
     ``folder`` may also name the tokenizer_config.json itself.
 
@@ -101,12 +102,16 @@ def hf_normalizer(folder: str | Path) -> Normalizer:
     """
     path = Path(folder)
     path = path if path.suffix == ".json" else path / "tokenizer_config.json"
-    if not path.exists():
-        return normalizer_of({})
-    try:
-        settings = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not JSON ({err})") from err
-    if not isinstance(settings, dict):
-        raise ValueError(f"{path}: not a JSON object")
+    settings = {}
+    if path.exists():
+        try:
+            settings = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not JSON ({err})") from err
+        if not isinstance(settings, dict):
+            raise ValueError(f"{path}: not a JSON object")
+    if (path.parent / "vocab.txt").is_file() and not (path.parent / "spiece.model").is_file():
+        # A BERT vocab.txt folder: BertTokenizer lower-cases and strips accents itself (wordpiece.py), so the
+        # text before it keeps its case and accents; only the script conversion is ours to repeat.
+        return Normalizer(lower_case=False, strip_accents=False, chinese_script=settings.get("chinese_script", "keep"))
     return normalizer_of(settings)

@@ -32,6 +32,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -103,6 +104,8 @@ class WordPieceVocab:
     pieces: tuple[str, ...] = field(repr=False)
     settings: WordPieceSettings
     source: str
+    file: ClassVar[str] = VOCAB_TXT
+    begins_unit: ClassVar[str] = "char"  # encode_with_begins counts characters (the tokenizers library's offsets)
 
     @functools.cached_property
     def ids(self) -> dict[str, int]:
@@ -121,6 +124,11 @@ class WordPieceVocab:
     def num_special(self) -> int:
         """Ids below this are special: never masked, never drawn as a replacement."""
         return max(self.special_ids.values()) + 1
+
+    @property
+    def tokenizer(self) -> dict:
+        """The settings as ``tokenizer_config.json`` writes them (what a shard manifest records)."""
+        return self.settings.to_config()
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Returns every text's piece ids end to end (int32) and each text's count (int64), as BertTokenizer's

@@ -24,6 +24,8 @@ import pyarrow as pa
 from pipelines.algorithms.masking import MaskingConfig
 from pipelines.algorithms.sop import INTER_SENTENCE_MODES
 from pipelines.algorithms.textnorm import Normalizer
+from pipelines.algorithms.vocabulary import SPIECE_MODEL, VOCAB_FILES, VOCAB_TXT, Vocabulary, vocabulary_from_bytes
+from pipelines.algorithms.wordpiece import WordPieceSettings
 
 __all__ = [
     "MANIFEST",
@@ -37,9 +39,11 @@ __all__ = [
     "shard_schema",
 ]
 
-SCHEMA_VERSION = 2  # 2: the manifest's typed reader fields (inter_sentence, masking, normalizer)
+# 2: the manifest's typed reader fields (inter_sentence, masking, normalizer); 3: the vocabulary's kind
+# (vocab_file: spiece.model or a WordPiece vocab.txt, with its tokenizer settings) in place of spiece_sha256
+SCHEMA_VERSION = 3
 MANIFEST = "manifest.json"
-SPIECE = "spiece.model"  # copied into the shard folder, so shards and the vocab that made them travel together
+SPIECE = SPIECE_MODEL  # copied into the shard folder, so shards and the vocab that made them travel together
 SPLITS = ("train", "validation")
 
 
@@ -99,7 +103,9 @@ class Manifest:
     schema_version: int
     shards: list[ShardInfo]
     vocab_size: int
-    spiece_sha256: str
+    vocab_file: str  # the vocabulary copied beside the shards: spiece.model, or a WordPiece vocab.txt
+    vocab_sha256: str
+    tokenizer: dict[str, Any]  # a vocab.txt's settings (its tokenizer_config.json's); {} for spiece.model
     max_seq_length: int
     inter_sentence: str  # what sentence_order_label means: "sop" (swapped), "nsp" (random) or "none" (always 0)
     masking: MaskingConfig  # how the stored masks were drawn; dynamic masking draws new ones the same way
@@ -148,7 +154,14 @@ class Manifest:
         for name in ("vocab_size", "max_seq_length"):
             if _scalar(body[name], int, name) < 1:
                 raise ValueError(f"{name} is {body[name]}, not a positive integer")
-        _sha256(body["spiece_sha256"], "spiece_sha256")
+        _sha256(body["vocab_sha256"], "vocab_sha256")
+        if _scalar(body["vocab_file"], str, "vocab_file") not in VOCAB_FILES:
+            raise ValueError(f"vocab_file {_shown(body['vocab_file'])}, expected one of {VOCAB_FILES}")
+        tokenizer = _scalar(body["tokenizer"], dict, "tokenizer")
+        if body["vocab_file"] == VOCAB_TXT:
+            WordPieceSettings.from_config(tokenizer, "tokenizer")  # every setting of the type BertTokenizer reads
+        elif tokenizer:
+            raise ValueError(f"tokenizer {sorted(tokenizer)}: settings for a vocab.txt, but vocab_file is spiece.model")
         _scalar(body["inter_sentence"], str, "inter_sentence")
         _scalar(body["params"], dict, "params")
         for name, value in _scalar(body["counters"], dict, "counters").items():
@@ -191,7 +204,20 @@ class Manifest:
     def files(self) -> list[tuple[str, int | None, str]]:
         """Returns (name, size in bytes or None when not recorded, sha256) of every file the manifest lists:
         the shards, then the vocabulary."""
-        return [*((s.file, s.bytes, s.sha256) for s in self.shards), (SPIECE, None, self.spiece_sha256)]
+        return [*((s.file, s.bytes, s.sha256) for s in self.shards), (self.vocab_file, None, self.vocab_sha256)]
+
+    def vocabulary(self, folder: str | os.PathLike, read_bytes: Callable[[str], bytes] = _read_local) -> Vocabulary:
+        """Loads the vocabulary the shards of ``folder`` were cut with (its file there, this manifest's settings).
+
+        Raises:
+            ValueError: naming the file, when it is not a vocabulary of its kind (or breaks its id layout), or
+                holds another number of pieces than the shards' ``vocab_size``.
+        """
+        path = os.path.join(folder, self.vocab_file)
+        vocabulary = vocabulary_from_bytes(self.vocab_file, read_bytes(path), self.tokenizer, path)
+        if vocabulary.vocab_size != self.vocab_size:
+            raise ValueError(f"{path}: {vocabulary.vocab_size} pieces, but the manifest says {self.vocab_size}")
+        return vocabulary
 
 
 _JSON_TYPES = {

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 
-from pipelines.contracts.manifest import MANIFEST, SPIECE, SPLITS, Manifest, ShardInfo, shard_name
+from pipelines.algorithms.vocabulary import VOCAB_FILES
+from pipelines.contracts.manifest import MANIFEST, SPLITS, Manifest, ShardInfo, shard_name
 
 __all__ = ["ROWS_PER_BATCH", "ShardWriter", "open_shard", "rows_table", "schema_difference", "shard_batches"]
 
@@ -181,9 +182,12 @@ class ShardWriter:
                 raise ValueError(f"shard {split} {index}: {schema_difference(run.schema, self.schema)}")
             yield run
 
-    def write_spiece(self, data: bytes) -> str:
-        """Copies the vocabulary into the folder; returns its sha256 for the manifest."""
-        self._write(SPIECE, data)
+    def write_vocab(self, name: str, data: bytes) -> str:
+        """Copies the vocabulary file ``name`` (``spiece.model`` or ``vocab.txt``) into the folder; returns its
+        sha256 for the manifest."""
+        if name not in VOCAB_FILES:
+            raise ValueError(f"{self.folder}: {name!r} is not a vocabulary file name ({', '.join(VOCAB_FILES)})")
+        self._write(name, data)
         return hashlib.sha256(data).hexdigest()
 
     def write_manifest(self, manifest: Manifest) -> None:
