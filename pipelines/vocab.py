@@ -358,6 +358,8 @@ def _train_wordpiece(sample_path: str, out: str, config: VocabConfig, counters: 
     vocab = train_wordpiece(_lines(sample_path), config.vocab_size, settings, config.num_threads)
     files.delete_if_exists(sample_path)
     log.info("vocab: %d WordPiece pieces from %d sentences", vocab.vocab_size, counters["sentences_sampled"])
+    if vocab.vocab_size < config.vocab_size:  # Chinese: every CJK character is a word, so few merges exist
+        log.warning("vocab_size %d: the sample holds only %d WordPiece pieces", config.vocab_size, vocab.vocab_size)
     drawn = {"trained_on": TRAINED_ON, "sampled_sentences": counters["sentences_sampled"], "counters": counters}
     return _write_wordpiece(vocab, out, config, **drawn)
 

@@ -182,3 +182,41 @@ def test_fsdp_pretraining_runs_on_wordpiece_shards(wp_run: Path, tmp_path: Path)
     fit_subprocess(args, devices=2)
     steps = recorded(tmp_path)
     assert len(steps) == 3 and all(np.isfinite(s["loss"]) and s["fsdp"] and s["world_size"] == 2 for s in steps)
+
+
+def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: Path, tmp_path: Path) -> None:
+    """A transformers-made ALBERT folder with this vocab.txt: transformers' tokenizer and model give our ids and
+    logits (≤ 1e-5) on Chinese input, and --model.init_from it accepts exactly the shards of that vocabulary."""
+    import torch
+    from transformers import AlbertForPreTraining as HFAlbert
+    from transformers import AutoTokenizer
+
+    from albert_lightning.interop.hf import export_hf
+    from albert_lightning.interop.pretrained import read_start
+    from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+    from albert_lightning.pretraining.start import check_shards
+    from pipelines.algorithms.vocabulary import vocabulary_from_bytes
+
+    vocab_txt = wp_run / "v" / "vocab.txt"
+    vocab = vocabulary_from_bytes("vocab.txt", vocab_txt.read_bytes(), {"do_lower_case": True}, str(vocab_txt))
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=vocab.vocab_size)).eval()
+    folder = export_hf(model, model.config, tmp_path / "albert_zh", str(vocab_txt), Normalizer(False, False))
+    assert {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"} <= {p.name for p in folder.iterdir()}
+    assert not (folder / "spiece.model").exists()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    a, b = "话说天下大势，分久必合，合久必分。", "周末七国分争，并入于秦。"
+    encoded = tokenizer(a, b, return_tensors="pt")
+    first, second = (vocab.encode([t])[0].tolist() for t in (a, b))
+    assert encoded["input_ids"][0].tolist() == [2, *first, 3, *second, 3]
+    assert encoded["token_type_ids"][0].tolist() == [0] * (len(first) + 2) + [1] * (len(second) + 1)
+    theirs = HFAlbert.from_pretrained(folder).eval()
+    with torch.no_grad():
+        expected = theirs(**encoded).prediction_logits
+        got = model(**encoded).prediction_logits
+    assert (got - expected).abs().max().item() <= 1e-5
+    start = read_start(folder)
+    manifest = Manifest.read(wp_run / "jieba")
+    check_shards(start, manifest.vocab_size, manifest.vocab_sha256, Normalizer(False, False), "shards")
+    with pytest.raises(ValueError, match=r"vocab\.txt\) sha256 0{12}, but .* vocab\.from_wordpiece"):
+        check_shards(start, manifest.vocab_size, "0" * 64, Normalizer(False, False), "shards")

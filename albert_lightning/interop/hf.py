@@ -8,6 +8,7 @@ test extra, never imported here: weights are written with ``safetensors`` and th
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import uuid
@@ -21,11 +22,12 @@ from torch import nn
 
 from albert_lightning.checkpoints import load_checkpoint, load_weights
 from albert_lightning.heads import HEADS, MultipleChoice, SequenceClassifier, SpanExtractor
-from albert_lightning.interop.hf_tokenizer import SPECIAL_IDS, write_tokenizer
+from albert_lightning.interop.hf_tokenizer import SPECIAL_IDS, write_tokenizer, write_wordpiece_tokenizer
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
 from albert_lightning.model_config import ACTIVATIONS
 from pipelines.algorithms.textnorm import Normalizer, hf_normalizer, normalizer_of, tokenizer_settings
 from pipelines.algorithms.vocab_layout import load_spiece
+from pipelines.algorithms.wordpiece import CONFIG, VOCAB_TXT, WordPieceVocab, read_config, wordpiece_from_bytes
 
 __all__ = [
     "EXPORT_FILES",
@@ -54,6 +56,7 @@ EXPORT_FILES = frozenset(
         "config.json",
         "model.safetensors",
         "spiece.model",
+        "vocab.txt",
         "tokenizer_config.json",
         "special_tokens_map.json",
         "tokenizer.json",
@@ -103,8 +106,9 @@ def export_hf(
         config: its configuration; sharing must be "all" or "none".
         folder: output folder, created if needed; an existing one is replaced only if empty or an earlier
             export (``check_export_target``).
-        spiece_model: path of the SentencePiece model; when given, spiece.model and the tokenizer files are
-            written too, so that ``AlbertTokenizer.from_pretrained(folder)`` loads.
+        spiece_model: path of the SentencePiece model (or of a WordPiece vocab.txt, its tokenizer_config.json
+            beside it); when given, the tokenizer files are written too, so that ``AutoTokenizer.from_pretrained``
+            loads AlbertTokenizer (or BertTokenizer).
         normalizer: how the pretraining text was normalised (None: the defaults); the tokenizer files repeat it.
 
     Returns the folder. Raises ValueError if the config does not match the model or has no transformers form,
@@ -113,7 +117,12 @@ def export_hf(
     encoder_config = model.config if isinstance(model, AlbertForPreTraining) else model.albert.config
     if config != encoder_config:
         raise ValueError(f"export_hf: config {config} is not the model's {encoder_config}")
-    sp = None if spiece_model is None else load_spiece(spiece_model, config.vocab_size, "the checkpoint")
+    if spiece_model is not None and Path(spiece_model).name == VOCAB_TXT:
+        vocab = read_wordpiece(Path(spiece_model), config.vocab_size)
+        write = functools.partial(write_wordpiece_tokenizer, vocab)
+    elif spiece_model is not None:
+        sp = load_spiece(spiece_model, config.vocab_size, "the checkpoint")
+        write = functools.partial(write_tokenizer, sp, Path(spiece_model))
     folder = Path(folder)
     check_export_target(folder)
     # Written beside the target and renamed when complete: a failed export never leaves a folder that looks
@@ -122,12 +131,26 @@ def export_hf(
     tmp.mkdir(parents=True)
     try:
         _write_model(model, config, tmp)
-        if sp is not None:
-            write_tokenizer(sp, Path(spiece_model), tmp, config.max_position_embeddings, normalizer or Normalizer())
+        if spiece_model is not None:
+            write(tmp, config.max_position_embeddings, normalizer or Normalizer())
         _replace(folder, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def read_wordpiece(path: Path, vocab_size: int) -> WordPieceVocab:
+    """Reads a vocab.txt and the tokenizer_config.json beside it, checking its size against the model's.
+
+    Raises:
+        ValueError: naming the file, for a malformed one or another number of pieces.
+    """
+    config_path = path.with_name(CONFIG)
+    settings = read_config(config_path.read_bytes(), str(config_path)) if config_path.is_file() else None
+    vocab = wordpiece_from_bytes(path.read_bytes(), settings, str(path))
+    if vocab.vocab_size != vocab_size:
+        raise ValueError(f"{path}: {vocab.vocab_size} pieces, but the checkpoint has vocab_size {vocab_size}")
+    return vocab
 
 
 def check_export_target(folder: str | Path) -> None:

@@ -1,6 +1,7 @@
 """The tokenizer files of a Hugging Face ALBERT folder, as an export writes them: ``spiece.model``,
 ``tokenizer_config.json``, ``special_tokens_map.json`` and ``tokenizer.json`` (``tokenizers``' serialisation of
-AlbertTokenizer's pipeline), each carrying the normalisation the text was pretrained under."""
+AlbertTokenizer's pipeline), each carrying the normalisation the text was pretrained under; or, for a WordPiece
+vocabulary, BERT's ``vocab.txt`` with the ``BertTokenizer`` settings it was read with."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import sentencepiece
 
 from pipelines.algorithms.textnorm import Normalizer, tokenizer_settings
 from pipelines.algorithms.vocab_layout import SPECIAL_PIECES
+from pipelines.algorithms.wordpiece import ROLES, WordPieceVocab
 
-__all__ = ["SPECIAL_IDS", "SPECIAL_TOKENS", "write_tokenizer"]
+__all__ = ["SPECIAL_IDS", "SPECIAL_TOKENS", "write_tokenizer", "write_wordpiece_tokenizer"]
 
 # ALBERT's special-token layout (pipelines/algorithms/vocab_layout.py), as AlbertTokenizer names them.
 SPECIAL_TOKENS = {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"}
@@ -43,6 +45,23 @@ def write_tokenizer(
     charsmap = _proto_bytes(_proto_bytes(sp.serialized_model_proto(), 3), 2)  # normalizer_spec.precompiled_charsmap
     tokenizer = _tokenizer_json(sp, charsmap, normalizer)
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False) + "\n")
+
+
+def write_wordpiece_tokenizer(vocab: WordPieceVocab, folder: Path, max_length: int, normalizer: Normalizer) -> None:
+    """Writes vocab.txt, tokenizer_config.json and special_tokens_map.json of a BERT WordPiece vocabulary, so that
+    ``AutoTokenizer`` loads ``BertTokenizer`` with the settings the shards were cut with.
+
+    The text before it kept its case and accents (the vocabulary lower-cases and strips as its settings say); a
+    script conversion, ours alone, travels as ``chinese_script`` as it does for SentencePiece.
+    """
+    (folder / "vocab.txt").write_bytes(vocab.vocab_txt())
+    settings = {"tokenizer_class": "BertTokenizer", **vocab.tokenizer, "model_max_length": max_length}
+    settings["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    if normalizer.chinese_script != "keep":
+        settings["chinese_script"] = normalizer.chinese_script
+    special = {role: vocab.settings.special_tokens[i] for i, role in enumerate(ROLES)}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2, ensure_ascii=False) + "\n")
 
 
 def _tokenizer_json(sp: sentencepiece.SentencePieceProcessor, charsmap: bytes, normalizer: Normalizer) -> dict:

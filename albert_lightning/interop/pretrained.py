@@ -16,6 +16,7 @@ from albert_lightning.checkpoints import METADATA, load_weights, read_pretrainin
 from albert_lightning.interop.hf import read_hf
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from pipelines.algorithms.textnorm import Normalizer, hf_normalizer
+from pipelines.algorithms.vocabulary import VOCAB_FILES
 
 __all__ = ["Start", "load_pretrained", "read_start"]
 
@@ -30,8 +31,9 @@ class Start:
         state: its tensors, under our names.
         missing: heads it lacks (a released ``AlbertForMaskedLM`` has no SOP head): initialised as a new model's.
         normalizer: how its pretraining text was normalised.
-        spiece_sha256: the hash of its ``spiece.model``; None when it names none (a folder without one, or a
-            checkpoint from before the hash was recorded): then only the piece count is compared.
+        spiece_sha256: the hash of its ``spiece.model`` (or WordPiece ``vocab.txt``); None when it names none (a
+            folder without one, or a checkpoint from before the hash was recorded): then only the piece count is
+            compared.
     """
 
     path: str
@@ -63,8 +65,8 @@ def read_start(path: str | Path) -> Start:
     path = Path(path)
     if path.is_dir() and not (path / METADATA).is_file():  # a sharded checkpoint's folder has an index
         config, state, missing = read_hf(path)
-        spiece = path / "spiece.model"
-        sha = hashlib.sha256(spiece.read_bytes()).hexdigest() if spiece.is_file() else None
+        vocab = next((path / name for name in VOCAB_FILES if (path / name).is_file()), None)
+        sha = hashlib.sha256(vocab.read_bytes()).hexdigest() if vocab else None
         return Start(str(path), config, state, missing, hf_normalizer(path), sha)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no Hugging Face folder or checkpoint there (--model.init_from)")

@@ -16,6 +16,8 @@ from albert_lightning.interop.pretrained import Start
 from albert_lightning.model import AlbertConfig
 from pipelines.algorithms.textnorm import Normalizer, tokenizer_settings
 
+FROM_VOCAB = "vocab.from_spiece, or vocab.from_wordpiece for a vocab.txt"
+
 __all__ = ["TRAINING_FIELDS", "check_shards", "start_config"]
 
 # AlbertConfig fields a continued run may change: how it trains, not what the weights mean.
@@ -47,12 +49,12 @@ def check_shards(start: Start, vocab_size: int, spiece_sha256: str | None, norma
     if vocab_size != start.config.vocab_size:
         raise ValueError(
             f"{shards} has vocab_size {vocab_size}, but {start.path} has {start.config.vocab_size}: "
-            "make the shards with the start's spiece.model (vocab.from_spiece)"
+            f"make the shards with the start's vocabulary ({FROM_VOCAB})"
         )
     if spiece_sha256 and start.spiece_sha256 and spiece_sha256 != start.spiece_sha256:
         raise ValueError(
-            f"{shards} was cut with spiece.model sha256 {spiece_sha256[:12]}, but {start.path}'s is "
-            f"{start.spiece_sha256[:12]}: make the shards with the start's spiece.model (vocab.from_spiece)"
+            f"{shards} was cut with a vocabulary (spiece.model or vocab.txt) sha256 {spiece_sha256[:12]}, but "
+            f"{start.path}'s is {start.spiece_sha256[:12]}: make the shards with the start's vocabulary ({FROM_VOCAB})"
         )
     if normalizer != start.normalizer:
         raise ValueError(
