@@ -191,7 +191,7 @@ def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: 
     from transformers import AlbertForPreTraining as HFAlbert
     from transformers import AutoTokenizer
 
-    from albert_lightning.interop.hf import export_hf
+    from albert_lightning.interop.hf import EXPORT_FILES, export_hf
     from albert_lightning.interop.pretrained import read_start
     from albert_lightning.model import AlbertConfig, AlbertForPreTraining
     from albert_lightning.pretraining.start import check_shards
@@ -202,8 +202,7 @@ def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: 
     torch.manual_seed(0)
     model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=vocab.vocab_size)).eval()
     folder = export_hf(model, model.config, tmp_path / "albert_zh", str(vocab_txt), Normalizer(False, False))
-    assert {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"} <= {p.name for p in folder.iterdir()}
-    assert not (folder / "spiece.model").exists()
+    assert {p.name for p in folder.iterdir()} == EXPORT_FILES - {"spiece.model", "tokenizer.json"}
     tokenizer = AutoTokenizer.from_pretrained(folder)
     a, b = "话说天下大势，分久必合，合久必分。", "周末七国分争，并入于秦。"
     encoded = tokenizer(a, b, return_tensors="pt")
