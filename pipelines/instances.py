@@ -46,6 +46,7 @@ from pipelines.algorithms.vocabulary import (
     VOCAB_TXT,
     Vocabulary,
     token_classes,
+    vocabulary_file,
     vocabulary_from_bytes,
 )
 from pipelines.algorithms.word_segments import jieba_words, pieces_joins
@@ -363,13 +364,7 @@ class VocabSource:
             FileNotFoundError: naming the folder, when it holds no vocabulary file.
             ValueError: naming the folder, when it holds both kinds (which one was meant is unknowable).
         """
-        if FileSystems.split(path)[1] not in VOCAB_FILES:
-            found = [name for name in VOCAB_FILES if files.exists(files.join(path, name))]
-            if not found:
-                raise FileNotFoundError(f"{path}: no {' or '.join(VOCAB_FILES)}; run the vocab stage first")
-            if len(found) > 1:
-                raise ValueError(f"{path}: holds both {' and '.join(found)}; name the vocabulary file itself")
-            path = files.join(path, found[0])
+        path = vocabulary_file(path, files.exists, files.join)
         tokenizer = None
         folder, name = FileSystems.split(path)
         if name == VOCAB_TXT:

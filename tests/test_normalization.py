@@ -78,7 +78,7 @@ def test_the_texts_tell_every_normalisation_apart(spiece):
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS, ids=IDS)
 def test_exported_tokenizer_gives_the_encoders_ids(tmp_path, spiece, normalizer):
-    model = tiny(Encoder(spiece, 128).sp.get_piece_size())
+    model = tiny(Encoder(spiece, 128).vocab.vocab_size)
     folder = export_hf(model, model.config, tmp_path / "export", spiece, normalizer)
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     assert settings["do_lower_case"] == normalizer.lower_case
@@ -96,7 +96,7 @@ def pretraining_checkpoint(path: Path, vocab_size: int, normalizer: Normalizer |
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS, ids=IDS)
 def test_checkpoint_export_and_evaluation_normalise_as_the_shards_were(tmp_path, spiece, normalizer):
-    vocab_size = Encoder(spiece, 128).sp.get_piece_size()
+    vocab_size = Encoder(spiece, 128).vocab.vocab_size
     pretraining_checkpoint(tmp_path / "last.ckpt", vocab_size, normalizer)
     assert load_pretrained(tmp_path / "last.ckpt")[1] == normalizer
 
@@ -123,7 +123,7 @@ def test_fit_records_the_shards_normalisation_in_the_checkpoint(pipeline_run, tm
 
 
 def test_starts_that_record_no_normalisation_get_the_defaults_every_earlier_run_used(tmp_path, spiece):
-    vocab_size = Encoder(spiece, 128).sp.get_piece_size()
+    vocab_size = Encoder(spiece, 128).vocab.vocab_size
     pretraining_checkpoint(tmp_path / "unset.ckpt", vocab_size, None)
     checkpoint = torch.load(tmp_path / "unset.ckpt", weights_only=False)
     del checkpoint["hyper_parameters"]["normalizer"]  # as written before the key existed

@@ -104,16 +104,16 @@ def test_ids_are_the_encoders(encoders: dict[Normalizer, Encoder], normalizer: N
     encoder = encoders[normalizer]
     for text in ALIGNMENT_TEXTS:
         ids, offsets = tokenize_with_offsets(encoder, text)
-        assert ids == encoder.sp.encode(normalizer(text)), text
+        assert ids == encoder.vocab.sp.encode(normalizer(text)), text
         assert len(offsets) == len(ids)
-        assert tokenize_with_offsets((encoder.sp, normalizer), text) == (ids, offsets)
+        assert tokenize_with_offsets((encoder.vocab, normalizer), text) == (ids, offsets)
 
 
 def test_the_vocabulary_has_the_texts_pieces(encoders: dict[Normalizer, Encoder]) -> None:
     # <unk> everywhere would make every other test here weaker.
     for normalizer, encoder in encoders.items():
-        ids = [i for text in CONTEXTS for i in encoder.sp.encode(normalizer(text))]
-        assert ids.count(encoder.sp.unk_id()) <= len(ids) // 50, normalizer
+        ids = [i for text in CONTEXTS for i in encoder.vocab.sp.encode(normalizer(text))]
+        assert ids.count(encoder.vocab.sp.unk_id()) <= len(ids) // 50, normalizer
 
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS, ids=IDS)
@@ -134,7 +134,7 @@ def test_bare_space_pieces_are_empty_at_the_next_piece(encoders: dict[Normalizer
     for text in ALIGNMENT_TEXTS:
         ids, offsets = tokenize_with_offsets(encoder, text)
         for i, piece_id in enumerate(ids):
-            if encoder.sp.id_to_piece(piece_id) == "▁":
+            if encoder.vocab.sp.id_to_piece(piece_id) == "▁":
                 bare += 1
                 assert offsets[i][0] == offsets[i][1] == offsets[i + 1][0], text
             else:
@@ -145,7 +145,7 @@ def test_bare_space_pieces_are_empty_at_the_next_piece(encoders: dict[Normalizer
 def test_offsets_agree_with_sentencepieces_byte_offsets(encoders: dict[Normalizer, Encoder]) -> None:
     # The proto output's begin/end are UTF-8 byte offsets; the offsets used are characters: the same pieces.
     pytest.importorskip("google.protobuf")
-    sp = encoders[NORMALIZERS[0]].sp
+    sp = encoders[NORMALIZERS[0]].vocab.sp
     for normalizer in NORMALIZERS:
         for text in CONTEXTS:
             normalised = normalizer(text)
@@ -160,14 +160,14 @@ def test_offsets_agree_with_sentencepieces_byte_offsets(encoders: dict[Normalize
 
 
 def room(encoder: Encoder, normalizer: Normalizer) -> int:
-    query = encoder.sp.encode(normalizer(QUESTION))[: SMALL["max_query_length"]]
+    query = encoder.vocab.sp.encode(normalizer(QUESTION))[: SMALL["max_query_length"]]
     return SMALL["max_seq_length"] - len(query) - 3
 
 
 @pytest.mark.parametrize("normalizer", NORMALIZERS, ids=IDS)
 def test_windows_are_laid_out_as_the_reference(encoders: dict[Normalizer, Encoder], normalizer) -> None:
     encoder = encoders[normalizer]
-    query = encoder.sp.encode(normalizer(QUESTION))
+    query = encoder.vocab.sp.encode(normalizer(QUESTION))
     assert len(query) > SMALL["max_query_length"]  # so truncation shows
     query = query[: SMALL["max_query_length"]]
     for context in CONTEXTS:

@@ -187,3 +187,52 @@ def test_settings_round_trip_through_the_config_and_accept_added_tokens():
 def test_text_never_forges_a_special_id(trained):
     ids, _ = trained.encode(["a [SEP] b [MASK] [CLS]"])
     assert not set(ids.tolist()) & {2, 3, 4}  # BertTokenizer would give the specials; Google's BERT never did
+
+
+def test_fine_tuning_encodes_pairs_and_answer_spans_as_bert_tokenizer_in_berts_layout(trained, sentences, tmp_path):
+    """evaluate's Encoder and reading windows on a vocab.txt with BERT's ids ([CLS] 101, [SEP] 102): the pairs'
+    ids and each piece's character span are BertTokenizer's on every fixture sentence."""
+    from transformers import BertTokenizer
+
+    from albert_lightning.evaluation.finetuning import Encoder
+    from albert_lightning.evaluation.reading.spans import tokenize_with_offsets
+    from albert_lightning.evaluation.reading.windows import make_windows
+    from pipelines.algorithms.textnorm import Normalizer
+
+    folder = _write_folder(tmp_path / "bert", _bert_layout(trained), SETTINGS["uncased"])
+    encoder = Encoder(folder / "vocab.txt", 512, Normalizer(lower_case=False, strip_accents=False))
+    reference = BertTokenizer.from_pretrained(folder)
+    # textnorm merges `` and '' into one quote (as pretraining saw them); BertTokenizer splits them: other ids
+    texts = [t for t in [*sentences["zh"], *sentences["en"], *HARD] if "``" not in t and "''" not in t]
+    pairs = list(zip(texts[::2], texts[1::2], strict=False))
+    assert len(pairs) > 2000
+    for a, b in pairs:
+        expected = reference(a, b)
+        if len(expected["input_ids"]) <= encoder.max_seq_length:  # longer: cut, as a reference cut needs asking
+            assert encoder(a, b) == (expected["input_ids"], expected["token_type_ids"]), (a, b)
+    for text in texts:
+        ids, offsets = tokenize_with_offsets(encoder, text)
+        expected = reference(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert (ids, offsets) == (expected["input_ids"], [tuple(o) for o in expected["offset_mapping"]]), text
+    context = sentences["zh"][0]
+    answer = (4, 8)  # 甄士隐梦, after "第1章 ": four characters, one piece each
+    (window,) = make_windows(encoder, "谁？", context, [answer], max_seq_length=512)
+    assert window.input_ids[0] == 101 and window.input_ids.count(102) == 2
+    start, end = window.context_offsets[window.start_position], window.context_offsets[window.end_position]
+    assert (start[0], end[1]) == answer
+
+
+def test_a_vocabulary_is_a_file_or_the_one_file_of_a_folder(trained, tmp_path):
+    from pipelines.algorithms.vocabulary import load_vocabulary
+
+    folder = tmp_path / "vocab"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError, match=rf"{folder}: no spiece\.model or vocab\.txt"):
+        load_vocabulary(folder)
+    (folder / "vocab.txt").write_bytes(trained.vocab_txt())
+    assert load_vocabulary(folder).pieces == load_vocabulary(folder / "vocab.txt").pieces == trained.pieces
+    with pytest.raises(ValueError, match=rf"vocab\.txt: {trained.vocab_size} pieces, but ckpt has vocab_size 30000"):
+        load_vocabulary(folder, 30000, "ckpt")
+    (folder / "spiece.model").write_bytes(b"")
+    with pytest.raises(ValueError, match=rf"{folder}: holds both spiece\.model and vocab\.txt; name the vocabulary"):
+        load_vocabulary(folder)

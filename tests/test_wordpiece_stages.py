@@ -184,24 +184,36 @@ def test_fsdp_pretraining_runs_on_wordpiece_shards(wp_run: Path, tmp_path: Path)
     assert len(steps) == 3 and all(np.isfinite(s["loss"]) and s["fsdp"] and s["world_size"] == 2 for s in steps)
 
 
-def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def albert_zh(wp_run: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A tiny ALBERT (random weights) in a transformers folder with the trained vocab.txt, and the network."""
+    import torch
+
+    from albert_lightning.interop.hf import export_hf
+    from albert_lightning.model import AlbertConfig, AlbertForPreTraining
+    from pipelines.algorithms.vocabulary import load_vocabulary
+
+    vocab_txt = wp_run / "v" / "vocab.txt"
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=load_vocabulary(vocab_txt).vocab_size))
+    folder = tmp_path_factory.mktemp("hf") / "albert_zh"
+    return export_hf(model.eval(), model.config, folder, str(vocab_txt), Normalizer(False, False)), model
+
+
+def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: Path, albert_zh) -> None:
     """A transformers-made ALBERT folder with this vocab.txt: transformers' tokenizer and model give our ids and
     logits (≤ 1e-5) on Chinese input, and --model.init_from it accepts exactly the shards of that vocabulary."""
     import torch
     from transformers import AlbertForPreTraining as HFAlbert
     from transformers import AutoTokenizer
 
-    from albert_lightning.interop.hf import EXPORT_FILES, export_hf
+    from albert_lightning.interop.hf import EXPORT_FILES
     from albert_lightning.interop.pretrained import read_start
-    from albert_lightning.model import AlbertConfig, AlbertForPreTraining
     from albert_lightning.pretraining.start import check_shards
-    from pipelines.algorithms.vocabulary import vocabulary_from_bytes
+    from pipelines.algorithms.vocabulary import load_vocabulary
 
-    vocab_txt = wp_run / "v" / "vocab.txt"
-    vocab = vocabulary_from_bytes("vocab.txt", vocab_txt.read_bytes(), {"do_lower_case": True}, str(vocab_txt))
-    torch.manual_seed(0)
-    model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=vocab.vocab_size)).eval()
-    folder = export_hf(model, model.config, tmp_path / "albert_zh", str(vocab_txt), Normalizer(False, False))
+    folder, model = albert_zh
+    vocab = load_vocabulary(folder / "vocab.txt")
     assert {p.name for p in folder.iterdir()} == EXPORT_FILES - {"spiece.model", "tokenizer.json"}
     tokenizer = AutoTokenizer.from_pretrained(folder)
     a, b = "话说天下大势，分久必合，合久必分。", "周末七国分争，并入于秦。"
@@ -219,3 +231,42 @@ def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: 
     check_shards(start, manifest.vocab_size, manifest.vocab_sha256, Normalizer(False, False), "shards")
     with pytest.raises(ValueError, match=r"vocab\.txt\) sha256 0{12}, but .* vocab\.from_wordpiece"):
         check_shards(start, manifest.vocab_size, "0" * 64, Normalizer(False, False), "shards")
+
+
+def test_evaluate_fine_tunes_a_vocab_txt_albert_on_clue_tasks_with_its_tokenizer(
+    wp_run: Path, albert_zh, tmp_path: Path
+) -> None:
+    """evaluate on the transformers folder and its vocab.txt: a CLUE sentence task and CMRC 2018 fine-tune, each
+    answer is text of its context, and the fine-tuned export tokenises as fine-tuning did."""
+    from transformers import AutoTokenizer
+
+    from albert_lightning.evaluation import cli as evaluate
+    from albert_lightning.evaluation.finetuning import Encoder
+    from tests.test_clue import cmrc_file, qa, write_json, write_tnews
+
+    folder, _ = albert_zh
+    clue = tmp_path / "clue"
+    write_tnews(clue)
+    context = "长江是中国最长的河流，全长约6300公里。"
+    write_json(
+        clue / "cmrc2018_public" / "train.json", cmrc_file([qa("TRAIN_0", "长江全长多少？", ("约6300公里", 13))])
+    )
+    write_json(clue / "cmrc2018_public" / "dev.json", cmrc_file([qa("DEV_0", "中国最长的河流是什么？", ("长江", 0))]))
+    output = tmp_path / "eval"
+    report = evaluate.main([
+        "--params", "/dev/null", "--checkpoint", str(folder), "--spiece", str(folder),
+        "--tasks", "TNEWS", "CMRC2018", "--clue_dir", str(clue), "--shards", str(wp_run / "jieba"),
+        "--output", str(output), "--max_steps", "2", "--batch_size", "4", "--intrinsic_batches", "1", "--seeds", "1",
+        "--train_sizes", "0", "--min_steps", "1", "--bootstrap_resamples", "50",
+    ])  # fmt: skip
+    assert set(report["tasks"]) == {"tnews", "cmrc2018"}
+    assert 0 <= report["intrinsic"]["jieba"]["mlm_accuracy"] <= 1
+    (line,) = (output / "predictions" / "cmrc2018" / "dev.jsonl").read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["prediction"] in context
+    finetuned = output / "finetuned" / "cmrc2018"
+    assert (finetuned / "vocab.txt").read_bytes() == (folder / "vocab.txt").read_bytes()
+    encoder = Encoder(folder / "vocab.txt", 128, Normalizer(False, False))
+    assert (
+        AutoTokenizer.from_pretrained(finetuned)("长江全长多少？", context)["input_ids"]
+        == encoder("长江全长多少？", context)[0]
+    )

@@ -26,7 +26,8 @@ class EvaluateConfig:
         metadata={"help": "pretrained checkpoint (or HF folder) to fine-tune"},
     )
     spiece: str = dataclasses.field(
-        default="data/vocab/spiece.model", metadata={"help": "SentencePiece model the checkpoint was pretrained with"}
+        default="data/vocab",
+        metadata={"help": "the vocabulary the checkpoint was pretrained with: spiece.model, vocab.txt or a folder"},
     )
     shards: list[str] = dataclasses.field(
         default_factory=lambda: ["data/eval_shards/sop", "data/eval_shards/nsp"],

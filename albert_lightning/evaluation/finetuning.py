@@ -3,7 +3,7 @@
 ``AlbertFineTuning`` starts from our pretraining checkpoint, from a Hugging Face ALBERT folder, or from random
 weights of the same shape (the baseline that tells what pretraining bought). Texts are normalised and encoded
 exactly as the pretraining pipeline did (``textnorm`` with the switches the start records, see ``load_pretrained``,
-then ``spiece.model``) into ``[CLS] A [SEP] B [SEP]``.
+then its ``spiece.model`` or WordPiece ``vocab.txt``) into ``[CLS] A [SEP] B [SEP]``, in that vocabulary's ids.
 
 An evaluation is many small runs (every task, size, seed and start): ``show_run`` gives each one line on the
 console, and the command sends Lightning's per-run banners, tips and the libraries' warnings to its log
@@ -31,7 +31,7 @@ from albert_lightning.model import AlbertConfig, AlbertForPreTraining
 from albert_lightning.optim import build_optimizer, warmup_linear_decay
 from albert_lightning.sharding import FSDP2Strategy, shard_albert
 from pipelines.algorithms.textnorm import Normalizer
-from pipelines.algorithms.vocab_layout import CLS_ID, SEP_ID, load_spiece
+from pipelines.algorithms.vocabulary import Vocabulary, load_vocabulary
 from pipelines.runtime.commands import LIGHTNING_LOGGERS, Chatter, console
 
 __all__ = [
@@ -156,24 +156,38 @@ def starts(
 
 
 class Encoder:
-    """Text → ``[CLS] A [SEP] B [SEP]`` ids, as the pretraining pipeline encodes (same normalisation, same pieces)."""
+    """Text → ``[CLS] A [SEP] B [SEP]`` ids, as the pretraining pipeline encodes (same normalisation, same pieces).
 
-    def __init__(self, spiece: str | Path, max_seq_length: int, normalizer: Normalizer | None = None) -> None:
-        self.sp = load_spiece(spiece)  # refuses a vocabulary whose [CLS]/[SEP]/[MASK] ids are not ALBERT's
+    Args:
+        vocab: the ``spiece.model`` or ``vocab.txt`` pretraining used (``load_vocabulary``), or the vocabulary.
+        max_seq_length: the most ids in an example, special tokens included.
+        normalizer: the pretraining text's normalisation (None: the defaults).
+    """
+
+    def __init__(
+        self, vocab: str | Path | Vocabulary, max_seq_length: int, normalizer: Normalizer | None = None
+    ) -> None:
+        # Loading refuses a spiece.model whose special ids are not ALBERT's and a vocab.txt that lacks BERT's.
+        self.vocab = load_vocabulary(vocab) if isinstance(vocab, str | Path) else vocab
+        self.cls_id, self.sep_id = (self.vocab.special_ids[role] for role in ("cls_token", "sep_token"))
         self.max_seq_length = max_seq_length
         self.normalize = normalizer or Normalizer()
 
+    def pieces(self, text: str) -> list[int]:
+        """The ids of one text's pieces, normalised first (no special tokens)."""
+        return self.vocab.encode([self.normalize(text)])[0].tolist()
+
     def __call__(self, text_a: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
         """Returns (input_ids, token_type_ids); the longer text loses tokens at its end until the pair fits."""
-        a = self.sp.encode(self.normalize(text_a))
-        b = self.sp.encode(self.normalize(text_b)) if text_b is not None else []
+        a = self.pieces(text_a)
+        b = self.pieces(text_b) if text_b is not None else []
         budget = self.max_seq_length - (3 if text_b is not None else 2)
         while len(a) + len(b) > budget:
             (a if len(a) >= len(b) else b).pop()
-        ids = [CLS_ID, *a, SEP_ID]
+        ids = [self.cls_id, *a, self.sep_id]
         types = [0] * len(ids)
         if text_b is not None:
-            ids += [*b, SEP_ID]
+            ids += [*b, self.sep_id]
             types += [1] * (len(b) + 1)
         return ids, types
 

@@ -23,7 +23,7 @@ from albert_lightning.evaluation.task_files import Example, TaskDataError, read_
 from albert_lightning.evaluation.task_resolution import SplitFile, task_split_files
 from albert_lightning.interop.pretrained import load_pretrained
 from albert_lightning.model import AlbertForPreTraining
-from pipelines.algorithms.vocab_layout import load_spiece
+from pipelines.algorithms.vocabulary import load_vocabulary
 
 __all__ = [
     "TaskSplits",
@@ -138,5 +138,5 @@ def load_checkpoint(config: EvaluateConfig) -> tuple[AlbertForPreTraining, Encod
     if not os.path.exists(config.checkpoint):  # torch.load's own error would suggest a truncated file
         raise FileNotFoundError(f"{config.checkpoint}: no checkpoint file or Hugging Face folder there")
     pretrained, normalizer = load_pretrained(config.checkpoint)
-    load_spiece(config.spiece, pretrained.config.vocab_size, config.checkpoint)
-    return pretrained, Encoder(config.spiece, config.max_seq_length, normalizer)
+    vocab = load_vocabulary(config.spiece, pretrained.config.vocab_size, config.checkpoint)
+    return pretrained, Encoder(vocab, config.max_seq_length, normalizer)

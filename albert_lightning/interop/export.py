@@ -1,7 +1,7 @@
 """Export a pretraining checkpoint as a Hugging Face folder: ``python -m albert_lightning.export --help``.
 
     python -m albert_lightning.export --checkpoint data/pretrain/last.ckpt \
-        --spiece data/vocab/spiece.model --output data/export
+        --spiece data/vocab --output data/export
 
 Knobs: the ``export`` section of ``params.yaml`` (the export stage's paths), each also a ``--flag``.
 """
@@ -28,7 +28,8 @@ class ExportConfig:
     )
     # None without a params file: only the weights, as before the params section existed
     spiece: str | None = dataclasses.field(
-        default=None, metadata={"help": "spiece.model to export with the weights (tokenizer files)"}
+        default=None,
+        metadata={"help": "the vocabulary to export with the weights: spiece.model, vocab.txt or a folder of one"},
     )
     output: str = dataclasses.field(
         default="data/export", metadata={"help": "folder to write (config.json, model.safetensors, ...)"}

@@ -26,8 +26,8 @@ from albert_lightning.interop.hf_tokenizer import SPECIAL_IDS, write_tokenizer, 
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
 from albert_lightning.model_config import ACTIVATIONS
 from pipelines.algorithms.textnorm import Normalizer, hf_normalizer, normalizer_of, tokenizer_settings
-from pipelines.algorithms.vocab_layout import load_spiece
-from pipelines.algorithms.wordpiece import CONFIG, VOCAB_TXT, WordPieceVocab, read_config, wordpiece_from_bytes
+from pipelines.algorithms.vocabulary import load_vocabulary, vocabulary_file
+from pipelines.algorithms.wordpiece import WordPieceVocab
 
 __all__ = [
     "EXPORT_FILES",
@@ -106,9 +106,9 @@ def export_hf(
         config: its configuration; sharing must be "all" or "none".
         folder: output folder, created if needed; an existing one is replaced only if empty or an earlier
             export (``check_export_target``).
-        spiece_model: path of the SentencePiece model (or of a WordPiece vocab.txt, its tokenizer_config.json
-            beside it); when given, the tokenizer files are written too, so that ``AutoTokenizer.from_pretrained``
-            loads AlbertTokenizer (or BertTokenizer).
+        spiece_model: path of the SentencePiece model or WordPiece vocab.txt (its tokenizer_config.json beside
+            it), or of a folder holding one; when given, the tokenizer files are written too, so that
+            ``AutoTokenizer.from_pretrained`` loads AlbertTokenizer (or BertTokenizer).
         normalizer: how the pretraining text was normalised (None: the defaults); the tokenizer files repeat it.
 
     Returns the folder. Raises ValueError if the config does not match the model or has no transformers form,
@@ -117,12 +117,13 @@ def export_hf(
     encoder_config = model.config if isinstance(model, AlbertForPreTraining) else model.albert.config
     if config != encoder_config:
         raise ValueError(f"export_hf: config {config} is not the model's {encoder_config}")
-    if spiece_model is not None and Path(spiece_model).name == VOCAB_TXT:
-        vocab = read_wordpiece(Path(spiece_model), config.vocab_size)
-        write = functools.partial(write_wordpiece_tokenizer, vocab)
-    elif spiece_model is not None:
-        sp = load_spiece(spiece_model, config.vocab_size, "the checkpoint")
-        write = functools.partial(write_tokenizer, sp, Path(spiece_model))
+    if spiece_model is not None:
+        spiece_model = vocabulary_file(str(spiece_model))
+        vocab = load_vocabulary(spiece_model, config.vocab_size, "the checkpoint")
+        if isinstance(vocab, WordPieceVocab):
+            write = functools.partial(write_wordpiece_tokenizer, vocab)
+        else:
+            write = functools.partial(write_tokenizer, vocab.sp, Path(spiece_model))
     folder = Path(folder)
     check_export_target(folder)
     # Written beside the target and renamed when complete: a failed export never leaves a folder that looks
@@ -137,20 +138,6 @@ def export_hf(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
-
-
-def read_wordpiece(path: Path, vocab_size: int) -> WordPieceVocab:
-    """Reads a vocab.txt and the tokenizer_config.json beside it, checking its size against the model's.
-
-    Raises:
-        ValueError: naming the file, for a malformed one or another number of pieces.
-    """
-    config_path = path.with_name(CONFIG)
-    settings = read_config(config_path.read_bytes(), str(config_path)) if config_path.is_file() else None
-    vocab = wordpiece_from_bytes(path.read_bytes(), settings, str(path))
-    if vocab.vocab_size != vocab_size:
-        raise ValueError(f"{path}: {vocab.vocab_size} pieces, but the checkpoint has vocab_size {vocab_size}")
-    return vocab
 
 
 def check_export_target(folder: str | Path) -> None:

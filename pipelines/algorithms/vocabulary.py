@@ -9,14 +9,16 @@ never which kind it holds. ``vocabulary_from_bytes`` picks the kind by file name
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from pipelines.algorithms.masking import TokenClasses
 from pipelines.algorithms.vocab_layout import CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID, SEP_ID, UNK_ID, spiece_from_proto
-from pipelines.algorithms.wordpiece import VOCAB_TXT, WordPieceVocab, wordpiece_from_bytes
+from pipelines.algorithms.wordpiece import CONFIG, VOCAB_TXT, WordPieceVocab, read_config, wordpiece_from_bytes
 
 __all__ = [
     "SPIECE_MODEL",
@@ -24,7 +26,9 @@ __all__ = [
     "VOCAB_TXT",
     "SentencePieceVocab",
     "Vocabulary",
+    "load_vocabulary",
     "token_classes",
+    "vocabulary_file",
     "vocabulary_from_bytes",
 ]
 
@@ -46,6 +50,7 @@ class Vocabulary(Protocol):
     def tokenizer(self) -> dict: ...  # the settings a shard manifest records (WordPiece's; {} for SentencePiece)
     def encode(self, texts: Sequence[str] | Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]: ...
     def encode_with_begins(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
 
 
 class SentencePieceVocab:
@@ -85,6 +90,13 @@ class SentencePieceVocab:
         begins = np.fromiter((piece.begin for proto in protos for piece in proto.pieces), np.int64, len(tokens))
         return tokens, lengths, begins
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """One text's ids and each piece's ``[begin, end)`` characters in it (a piece's ``▁`` spans the space
+        before it): what fine-tuning maps answers through."""
+        # offset_mapping on a str gives character offsets (the proto output's begin/end are UTF-8 bytes).
+        encoded = self.sp.encode(text, out_type="offset_mapping", return_bytes=False)
+        return list(encoded["ids"]), [tuple(offset) for offset in encoded["offsets"]]
+
 
 def token_classes(vocab: Vocabulary) -> TokenClasses:
     """The masker's word rule for ``vocab``: SentencePiece's "▁" word starts, or a WordPiece piece and its ``##``
@@ -92,6 +104,53 @@ def token_classes(vocab: Vocabulary) -> TokenClasses:
     if isinstance(vocab, WordPieceVocab):
         return TokenClasses.from_wordpieces(vocab.pieces, vocab.special_ids, vocab.num_special)
     return TokenClasses.from_pieces([vocab.sp.id_to_piece(i) for i in range(vocab.vocab_size)])
+
+
+def vocabulary_file(
+    path: str,
+    exists: Callable[[str], bool] = os.path.exists,
+    join: Callable[[str, str], str] = os.path.join,
+) -> str:
+    """Returns ``path`` when it names a vocabulary file, else the one vocabulary file in folder ``path`` (the vocab
+    stage's output, a transformers folder); ``exists`` and ``join`` are the file system's (Beam's for a bucket).
+
+    Raises:
+        FileNotFoundError: naming the folder, when it holds no vocabulary file.
+        ValueError: naming the folder, when it holds both kinds (which one was meant is unknowable).
+    """
+    if os.path.basename(path.rstrip("/")) in VOCAB_FILES:
+        return path
+    found = [name for name in VOCAB_FILES if exists(join(path, name))]
+    if not found:
+        raise FileNotFoundError(f"{path}: no {' or '.join(VOCAB_FILES)}; run the vocab stage first")
+    if len(found) > 1:
+        raise ValueError(f"{path}: holds both {' and '.join(found)}; name the vocabulary file itself")
+    return join(path, found[0])
+
+
+def load_vocabulary(path: str | os.PathLike, vocab_size: int | None = None, model: str = "the model") -> Vocabulary:
+    """Loads a local vocabulary file: a ``spiece.model``, or a ``vocab.txt`` with the tokenizer_config.json beside
+    it (BertTokenizer's defaults without one); for remote paths read the bytes and use ``vocabulary_from_bytes``.
+
+    Args:
+        path: the file, or a folder holding one (``vocabulary_file``).
+        vocab_size: the piece count of the network that will read its ids; None checks the file only.
+        model: what that network is, for the error (e.g. a checkpoint's path).
+
+    Raises:
+        FileNotFoundError: naming ``path``, a folder without a vocabulary file.
+        ValueError: naming ``path``, for a file that is not a vocabulary of its kind, or another piece count than
+            ``vocab_size`` (naming ``model``).
+    """
+    path = Path(vocabulary_file(os.fspath(path)))
+    tokenizer = None
+    if path.name == VOCAB_TXT:
+        config = path.with_name(CONFIG)
+        tokenizer = read_config(config.read_bytes(), str(config)) if config.is_file() else None
+    vocab = vocabulary_from_bytes(path.name, path.read_bytes(), tokenizer, str(path))
+    if vocab_size is not None and vocab.vocab_size != vocab_size:
+        raise ValueError(f"{path}: {vocab.vocab_size} pieces, but {model} has vocab_size {vocab_size}")
+    return vocab
 
 
 def vocabulary_from_bytes(name: str, data: bytes, tokenizer: dict | None, source: str) -> Vocabulary:

@@ -147,6 +147,11 @@ class WordPieceVocab:
         begins = np.fromiter((b for e in encodings for b, _ in e.offsets), np.int64, total)
         return ids, counts, begins
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """One text's ids and each piece's ``[begin, end)`` characters in it (an ``##`` piece's own characters)."""
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        return list(encoding.ids), list(encoding.offsets)
+
     @functools.cached_property
     def _tokenizer(self):  # -> tokenizers.Tokenizer, built once per process (not pickled: rebuilt from pieces)
         from tokenizers import Tokenizer, models, normalizers, pre_tokenizers

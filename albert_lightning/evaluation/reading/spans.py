@@ -1,17 +1,19 @@
-"""Pieces' spans in the original text: the character ``[start, end)`` each SentencePiece piece came from.
+"""Pieces' spans in the original text: the character ``[start, end)`` each vocabulary piece came from.
 
-Fine-tuning encodes text as pretraining did (``pipelines.algorithms.textnorm.Normalizer``, then SentencePiece), so
+Fine-tuning encodes text as pretraining did (``pipelines.algorithms.textnorm.Normalizer``, then the vocabulary:
+SentencePiece or WordPiece), so
 a predicted span is a range of pieces of the *normalised* text. To answer with the original text (its case, accents
 and quotes) every piece carries the character span of the original text it came from:
 
 - ``normalize_with_alignment`` repeats the normaliser's steps character by character and records, for every
   normalised character, the original ``[start, end)`` it came from; it checks its result against the normaliser
   itself, so the alignment cannot drift from what pretraining saw.
-- ``tokenize_with_offsets`` gives SentencePiece's ids for the normalised text and each piece's original span.
+- ``tokenize_with_offsets`` gives the vocabulary's ids for the normalised text and each piece's original span.
 
 ``windows`` cuts these pieces into model inputs, and ``decoding`` maps predicted pieces back through their spans.
 
-Spans of pieces: a piece's span excludes the whitespace SentencePiece folds into it (the ``▁`` of ``▁word``
+Spans of pieces (a WordPiece piece holds no whitespace, so only the first rule applies to it): a piece's span
+excludes the whitespace SentencePiece folds into it (the ``▁`` of ``▁word``
 starts at the word). A piece that is only ``▁`` (the dummy prefix, or the space before a piece that cannot take a
 ``▁``, such as an unknown character) gets the empty span at the start of the next character, so it never overlaps
 an answer and adds nothing to a decoded text. Characters the normaliser expands (``ﬁ`` → ``fi``) map to the whole
@@ -30,21 +32,20 @@ from typing import TYPE_CHECKING, Union
 from pipelines.algorithms.textnorm import _WHITESPACE, Normalizer
 
 if TYPE_CHECKING:
-    import sentencepiece as spm
-
     from albert_lightning.evaluation.finetuning import Encoder
+    from pipelines.algorithms.vocabulary import Vocabulary
 
 __all__ = [
     "Span",
     "Tokenizer",
     "normalize_with_alignment",
-    "sp_and_normalizer",
     "tokenize_with_offsets",
+    "vocab_and_normalizer",
 ]
 
 Span = tuple[int, int]
-# An ``Encoder`` (its ``sp`` and ``normalize``) or the pair itself.
-Tokenizer = Union["Encoder", "tuple[spm.SentencePieceProcessor, Normalizer]"]
+# An ``Encoder`` (its ``vocab`` and ``normalize``) or the pair itself.
+Tokenizer = Union["Encoder", "tuple[Vocabulary, Normalizer]"]
 _Char = tuple[str, int, int]  # a normalised character and the original [start, end) it came from
 
 
@@ -129,28 +130,26 @@ def _collapse_whitespace(chars: list[_Char]) -> list[_Char]:
     return out
 
 
-def sp_and_normalizer(tokenizer: Tokenizer) -> tuple[spm.SentencePieceProcessor, Normalizer]:
-    """The SentencePiece model and normaliser of ``tokenizer`` (an ``Encoder`` or the pair itself)."""
+def vocab_and_normalizer(tokenizer: Tokenizer) -> tuple[Vocabulary, Normalizer]:
+    """The vocabulary and normaliser of ``tokenizer`` (an ``Encoder`` or the pair itself)."""
     if isinstance(tokenizer, tuple):
         return tokenizer
-    return tokenizer.sp, tokenizer.normalize
+    return tokenizer.vocab, tokenizer.normalize
 
 
 def tokenize_with_offsets(tokenizer: Tokenizer, text: str) -> tuple[list[int], list[Span]]:
-    """Returns ``sp.encode(normalize(text))`` and each piece's ``[start, end)`` in the original ``text``.
+    """Returns the pieces of ``normalize(text)`` and each one's ``[start, end)`` in the original ``text``.
 
     Args:
-        tokenizer: an ``Encoder`` or a ``(SentencePieceProcessor, Normalizer)`` pair.
+        tokenizer: an ``Encoder`` or a ``(Vocabulary, Normalizer)`` pair.
         text: the original text.
 
     A bare ``▁`` piece gets the empty span at the start of the next character (see the module's docstring).
     """
-    sp, normalizer = sp_and_normalizer(tokenizer)
+    vocab, normalizer = vocab_and_normalizer(tokenizer)
     normalised, spans = normalize_with_alignment(normalizer, text)
-    # offset_mapping on a str gives character offsets into it (the proto output's begin/end are UTF-8 bytes).
-    encoded = sp.encode(normalised, out_type="offset_mapping", return_bytes=False)
-    offsets = [_piece_span(normalised, spans, begin, end) for begin, end in encoded["offsets"]]
-    return list(encoded["ids"]), offsets
+    ids, offsets = vocab.encode_with_offsets(normalised)
+    return ids, [_piece_span(normalised, spans, begin, end) for begin, end in offsets]
 
 
 def _piece_span(normalised: str, spans: list[Span], begin: int, end: int) -> Span:

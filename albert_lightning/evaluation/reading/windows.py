@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from albert_lightning.evaluation.reading.spans import Span, Tokenizer, sp_and_normalizer, tokenize_with_offsets
-from pipelines.algorithms.vocab_layout import CLS_ID, SEP_ID
+from albert_lightning.evaluation.reading.spans import Span, Tokenizer, tokenize_with_offsets, vocab_and_normalizer
 
 __all__ = ["Window", "make_windows"]
 
@@ -68,7 +67,7 @@ def make_windows(
     """Cuts one question and its context into the reference's overlapping windows.
 
     Args:
-        tokenizer: an ``Encoder`` or a ``(SentencePieceProcessor, Normalizer)`` pair.
+        tokenizer: an ``Encoder`` or a ``(Vocabulary, Normalizer)`` pair.
         question: the question text; its pieces are cut to ``max_query_length``.
         context: the original context text.
         answers: ``(start, end)`` character spans in ``context``; the first gives the gold positions, none means
@@ -84,8 +83,8 @@ def make_windows(
     Raises ValueError when no context piece fits beside the question, ``doc_stride`` is not positive, or the first
     answer's span is outside the context or covers no piece.
     """
-    sp, normalizer = sp_and_normalizer(tokenizer)
-    query = sp.encode(normalizer(question))[:max_query_length]
+    vocab, normalizer = vocab_and_normalizer(tokenizer)
+    query = vocab.encode([normalizer(question)])[0].tolist()[:max_query_length]
     ids, offsets = tokenize_with_offsets(tokenizer, context)
     room = max_seq_length - len(query) - 3  # [CLS], [SEP], [SEP]
     if room < 1:
@@ -94,7 +93,8 @@ def make_windows(
         raise ValueError(f"doc_stride={doc_stride}: must be positive")
     gold = _answer_pieces(offsets, answers[0], len(context)) if answers else None
     spans = _doc_spans(len(ids), room, doc_stride) or [(0, 0)]
-    return [_window(example_id, query, ids, offsets, spans, index, gold) for index in range(len(spans))]
+    special = (vocab.special_ids["cls_token"], vocab.special_ids["sep_token"])
+    return [_window(example_id, query, ids, offsets, spans, index, gold, special) for index in range(len(spans))]
 
 
 def _doc_spans(num_pieces: int, room: int, doc_stride: int) -> list[tuple[int, int]]:
@@ -143,16 +143,18 @@ def _window(
     spans: list[tuple[int, int]],
     index: int,
     gold: tuple[int, int] | None,
+    special: tuple[int, int],
 ) -> Window:
+    cls_id, sep_id = special
     start, length = spans[index]
-    head = [CLS_ID, *query, SEP_ID]
+    head = [cls_id, *query, sep_id]
     pieces = range(start, start + length)
     positions = (0, 0)
     if gold is not None and start <= gold[0] and gold[1] < start + length:
         positions = (gold[0] - start + len(head), gold[1] - start + len(head))
     return Window(
         example_id=example_id,
-        input_ids=[*head, *ids[start : start + length], SEP_ID],
+        input_ids=[*head, *ids[start : start + length], sep_id],
         token_type_ids=[0] * len(head) + [1] * (length + 1),
         context_offsets=[None] * len(head) + [offsets[i] for i in pieces] + [None],
         max_context=[False] * len(head) + [_is_max_context(spans, index, i) for i in pieces] + [False],
