@@ -270,3 +270,32 @@ def test_evaluate_fine_tunes_a_vocab_txt_albert_on_clue_tasks_with_its_tokenizer
         AutoTokenizer.from_pretrained(finetuned)("长江全长多少？", context)["input_ids"]
         == encoder("长江全长多少？", context)[0]
     )
+
+
+def test_fsdp_continues_a_vocab_txt_albert_on_its_shards_and_exports_its_tokenizer(
+    wp_run: Path, albert_zh, tmp_path: Path
+) -> None:
+    """--model.init_from the transformers folder on two FSDP2 ranks over the jieba shards, then export: the new
+    folder tokenises as the start did and loads as AlbertForPreTraining with the continued weights."""
+    import torch
+    from transformers import AlbertForPreTraining as HFAlbert
+    from transformers import AutoTokenizer
+
+    from albert_lightning.checkpoints import load_pretraining_checkpoint
+    from albert_lightning.export import main as export_main
+    from tests.conftest import NO_PARAMS
+    from tests.test_pretraining import fit_args, fit_subprocess, recorded
+
+    folder, start = albert_zh
+    root = tmp_path / "run"
+    fit_subprocess(fit_args(root, wp_run / "jieba", 8, 2, f"--model.init_from={folder}"), devices=2)
+    assert all(r["fsdp"] and r["world_size"] == 2 and np.isfinite(r["loss"]) for r in recorded(root))
+    checkpoint = root / "checkpoints" / "last.ckpt"
+    export_main([*NO_PARAMS, "--checkpoint", str(checkpoint), "--spiece", str(folder), "--output", str(tmp_path / "e")])
+    text = "话说天下大势，分久必合，合久必分。"
+    assert AutoTokenizer.from_pretrained(tmp_path / "e")(text) == AutoTokenizer.from_pretrained(folder)(text)
+    continued = load_pretraining_checkpoint(checkpoint).state_dict()
+    back = HFAlbert.from_pretrained(tmp_path / "e").state_dict()
+    name = "albert.embeddings.word_embeddings.weight"
+    torch.testing.assert_close(back[name], continued[name], rtol=0, atol=0)
+    assert not torch.equal(back[name], start.state_dict()[name])  # two steps moved the start's weights
