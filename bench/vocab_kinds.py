@@ -29,6 +29,7 @@ thousand steps), or the CLUE tasks, whose files are not fetched here. Writes ben
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import statistics
 import subprocess
@@ -68,7 +69,7 @@ def cut_documents(inputs: str, out: Path, paragraphs: int) -> str:
     a folder named as the file's: a chapter's first sentences name its characters, which makes telling the two
     books apart from a chapter's opening trivial (random weights score 1.0); a passage from inside a chapter is not,
     and there are ten times more of them. Returns the glob of the documents written."""
-    for path in sorted(Path().glob(inputs) if not inputs.startswith("/") else Path("/").glob(inputs[1:])):
+    for path in map(Path, sorted(glob.glob(inputs))):
         parts = [p for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
         folder = out / path.parent.name
         folder.mkdir(parents=True, exist_ok=True)
