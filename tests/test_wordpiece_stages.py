@@ -7,6 +7,7 @@ Runs segment → vocab → instances on the Chinese fixture and a play of the En
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -186,8 +187,11 @@ def test_fsdp_pretraining_runs_on_wordpiece_shards(wp_run: Path, tmp_path: Path)
 
 @pytest.fixture(scope="module")
 def albert_zh(wp_run: Path, tmp_path_factory: pytest.TempPathFactory):
-    """A tiny ALBERT (random weights) in a transformers folder with the trained vocab.txt, and the network."""
+    """A tiny ALBERT (random weights) with the trained vocab.txt, its weights and config.json saved by transformers
+    itself (save_pretrained of our export), and our network. The tokenizer files are the export's: transformers 5
+    saves a BertTokenizer as tokenizer.json alone, while the Chinese ALBERTs in use ship vocab.txt."""
     import torch
+    from transformers import AlbertForPreTraining as HFAlbert
 
     from albert_lightning.interop.hf import export_hf
     from albert_lightning.model import AlbertConfig, AlbertForPreTraining
@@ -196,8 +200,13 @@ def albert_zh(wp_run: Path, tmp_path_factory: pytest.TempPathFactory):
     vocab_txt = wp_run / "v" / "vocab.txt"
     torch.manual_seed(0)
     model = AlbertForPreTraining(AlbertConfig.preset("tiny", vocab_size=load_vocabulary(vocab_txt).vocab_size))
-    folder = tmp_path_factory.mktemp("hf") / "albert_zh"
-    return export_hf(model.eval(), model.config, folder, str(vocab_txt), Normalizer(False, False)), model
+    root = tmp_path_factory.mktemp("hf")
+    ours = export_hf(model.eval(), model.config, root / "ours", str(vocab_txt), Normalizer(False, False))
+    folder = root / "albert_zh"
+    HFAlbert.from_pretrained(ours).save_pretrained(folder)
+    for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(ours / name, folder / name)
+    return folder, model
 
 
 def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: Path, albert_zh) -> None:
@@ -214,7 +223,8 @@ def test_a_vocab_txt_albert_exports_loads_in_transformers_and_continues(wp_run: 
 
     folder, model = albert_zh
     vocab = load_vocabulary(folder / "vocab.txt")
-    assert {p.name for p in folder.iterdir()} == EXPORT_FILES - {"spiece.model", "tokenizer.json"}
+    ours = folder.parent / "ours"  # what our export wrote, before transformers saved the weights again
+    assert {p.name for p in ours.iterdir()} == EXPORT_FILES - {"spiece.model", "tokenizer.json"}
     tokenizer = AutoTokenizer.from_pretrained(folder)
     a, b = "话说天下大势，分久必合，合久必分。", "周末七国分争，并入于秦。"
     encoded = tokenizer(a, b, return_tensors="pt")
