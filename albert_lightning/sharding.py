@@ -9,12 +9,19 @@ The model file knows nothing of this (torchtitan's split of model and paralleliz
   in two units, so the whole encoder is one unit;
 - the root unit holds the rest: the word embedding and the MLM decoder are one tied tensor and must stay in
   one unit (FSDP2 raises "shared with a parameter already managed by another FSDP group" otherwise).
+
+Gathered once per step, a layer costs every rank its whole weights and their whole gradient (plus the reduce-scatter
+buffer) at once, whatever the number of ranks: 2.4 GB of xxlarge's fixed 4 GB a rank. ``gather_per_use`` makes
+each unique attention block, FFN input and FFN output projection a unit of its own, gathered for each of its L uses
+and freed after it, its gradient reduce-scattered after each use in backward: a rank then holds one sublayer
+(H×I, a third of xxlarge's layer) at a time, for L times the all-gathers and reduce-scatters of a step.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
@@ -40,6 +47,7 @@ from albert_lightning.model import AlbertLayer, AlbertModel, AlbertTransformer
 __all__ = ["FSDP2Strategy", "clip_grad_norm", "shard_albert"]
 
 PARAM_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+VIEW_OUTPUT = r"FSDP2-wrapped module \(FSDPLinear\) returned a view tensor"
 
 
 def shard_albert(
@@ -47,6 +55,7 @@ def shard_albert(
     mesh: DeviceMesh,
     activation_checkpointing: bool = False,
     param_dtype: str = "float32",
+    gather_per_use: bool = False,
 ) -> nn.Module:
     """Applies FSDP2 to ``model`` in place over the data-parallel ``mesh`` and returns it.
 
@@ -58,6 +67,8 @@ def shard_albert(
             few parameters, are what fills memory).
         param_dtype: dtype of the gathered parameters for compute ("bfloat16" on GPUs); gradients are reduced in
             float32 and the sharded master weights stay float32.
+        gather_per_use: make each sublayer a unit gathered for each use and freed after it (module docstring):
+            for a layer whose weights and gradient do not fit a rank together, at L times the collectives.
 
     Raises:
         ValueError: an unknown ``param_dtype`` or sharing mode.
@@ -66,9 +77,12 @@ def shard_albert(
         raise ValueError(f"param_dtype={param_dtype!r}: choose one of {sorted(PARAM_DTYPES)}")
     policy = MixedPrecisionPolicy(param_dtype=PARAM_DTYPES[param_dtype], reduce_dtype=torch.float32)
     layers = list(dict.fromkeys(m for m in model.modules() if isinstance(m, AlbertLayer)))  # unique, in order
+    sublayers = list(dict.fromkeys(m for layer in layers for m in (layer.attention, layer.ffn, layer.ffn_output)))
     if activation_checkpointing:
-        for layer in layers:
-            checkpoint(layer)
+        # A recomputed layer gathers all its sublayers at once in backward (FSDP2 does not reshard inside a
+        # recomputation), undoing gather_per_use; recomputing each sublayer keeps one gathered at a time.
+        for module in sublayers if gather_per_use else layers:
+            checkpoint(module)
     encoder = next(m for m in model.modules() if isinstance(m, AlbertTransformer))
     sharing = next(m for m in model.modules() if isinstance(m, AlbertModel)).config.sharing
     if sharing in ("all", "none"):
@@ -77,6 +91,13 @@ def shard_albert(
         units = [encoder]
     else:
         raise ValueError(f"sharing={sharing!r}: choose one of all, attention, ffn, none")
+    if gather_per_use:
+        # The FFN projections return views (a 3-D linear is a reshaped matmul); FSDP2 warns that an in-place op
+        # on such an output would skip its pre-backward all-gather. The model applies none (activation, residual
+        # and dropout are out of place), and the gradients are tested equal to gathering once per step.
+        warnings.filterwarnings("ignore", VIEW_OUTPUT, UserWarning)
+        for sublayer in sublayers:  # unique: a sublayer shared by layers ("attention"/"ffn") is one unit
+            fully_shard(sublayer, mesh=mesh, mp_policy=policy, reshard_after_forward=True)
     for unit in units:
         fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     fully_shard(model, mesh=mesh, mp_policy=policy)

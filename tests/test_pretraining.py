@@ -185,8 +185,14 @@ def test_fsdp_on_two_cpu_processes_resumes_and_matches_one_process_with_the_same
     fit_subprocess(fit_args(two, pipeline_run.shards, 4, 6, f"--ckpt_path={last}"), devices=2)
     fit_in_process(fit_args(one, pipeline_run.shards, 8, 6))
 
+    assert_two_ranks_match_one_process(two, one, steps=6)
+
+
+def assert_two_ranks_match_one_process(two: Path, one: Path, steps: int) -> None:
+    """The 2-rank FSDP run in ``two`` trained on the global batches of the one-process run in ``one``, with its
+    losses: rank r on the r-th block of each batch."""
     ranks, single = [recorded(two, 0), recorded(two, 1)], recorded(one)
-    assert [r["step"] for r in ranks[0]] == [r["step"] for r in single] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in ranks[0]] == [r["step"] for r in single] == list(range(1, steps + 1))
     assert all(r["fsdp"] and r["world_size"] == 2 and r["backend"] == "gloo" for rank in ranks for r in rank)
     for a, b, whole in zip(*ranks, single, strict=True):
         assert a["index"] + b["index"] == whole["index"]  # rank r trained on the r-th block of the global batch
@@ -197,6 +203,17 @@ def test_fsdp_on_two_cpu_processes_resumes_and_matches_one_process_with_the_same
         # update yet) only the summation order differs; a lost optimizer state on resume moves the loss ~1e-2.
         tolerance = 1e-5 if whole["step"] == 1 else 1e-3
         assert loss == pytest.approx(whole["loss"], rel=tolerance), whole["step"]
+
+
+def test_fsdp_gathering_each_sublayer_per_use_with_recomputation_trains_as_one_process(pipeline_run, tmp_path):
+    # The xxlarge setting on ranks short of memory (bench/model_sizes.py): the same steps, only the gathers move.
+    two, one = tmp_path / "two", tmp_path / "one"
+    per_use = ["--model.gather_per_use=true", "--model.activation_checkpointing=true"]
+    fit_subprocess(fit_args(two, pipeline_run.shards, 4, 3, *per_use), devices=2)
+    fit_in_process(fit_args(one, pipeline_run.shards, 8, 3))
+    assert_two_ranks_match_one_process(two, one, steps=3)
+    # 2 uses; per use, recomputation runs each sublayer again, not the layer (tests/test_sharding.py)
+    assert [r["layer_calls"] for r in recorded(two)] == [2, 2, 2]
 
 
 # With a worker process the sampler runs ahead of training (prefetch); the loader position must not.

@@ -61,6 +61,9 @@ class AlbertPretraining(L.LightningModule):
         total_steps: optimizer steps to decay to 0 over; None takes the trainer's estimate.
         gradient_clip_norm: clip the global gradient norm to this (works on sharded gradients); 0 disables it.
         activation_checkpointing: recompute each transformer layer in backward to save activation memory.
+        gather_per_use: under FSDP, gather each sublayer for each of its L uses instead of each layer once per
+            step (``sharding.shard_albert``): per-rank memory of a sublayer, not a layer and its gradient, for L×
+            the all-gathers and reduce-scatters; for xxlarge-sized layers on ranks short of memory.
         init_from: a network to continue pretraining (a Hugging Face ALBERT folder, an export, or a pretraining
             checkpoint): its shape replaces ``preset`` (``config_overrides`` may change dropout only), its weights
             the random init; the shards must share its vocabulary and normalisation (``pretraining/start.py``).
@@ -82,6 +85,7 @@ class AlbertPretraining(L.LightningModule):
         total_steps: int | None = None,
         gradient_clip_norm: float = 1.0,
         activation_checkpointing: bool = False,
+        gather_per_use: bool = False,
         init_from: str | None = None,
         spiece_sha256: str | None = None,
     ) -> None:
@@ -112,7 +116,8 @@ class AlbertPretraining(L.LightningModule):
             self._start = None
         mesh = getattr(self, "_device_mesh", None)
         if mesh is not None:
-            shard_albert(self.model, mesh["data_parallel"], self.hparams.activation_checkpointing)
+            h = self.hparams
+            shard_albert(self.model, mesh["data_parallel"], h.activation_checkpointing, gather_per_use=h.gather_per_use)
 
     def setup(self, stage: str) -> None:
         # Before any step and before the weights are copied in: shards of another vocabulary or normalisation
