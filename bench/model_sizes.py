@@ -1,10 +1,13 @@
 """The paper's model sizes through FSDP2 on CPU: per-rank memory, CPU time per step and checkpoint bytes.
 
 Run: ``python bench/model_sizes.py [--presets base large xlarge] [--ranks 1 2 4 8] [--ac_ranks 2]
-[--count_only xxlarge] [--steps 3]``. For each preset and world size it runs the real command,
-``python -m albert_lightning.fit --trainer.devices N`` with ``FSDP2Strategy`` over gloo, as a subprocess for a few
-optimizer steps (LAMB, the paper's) at length 128, and at the ``--ac_ranks`` world sizes once more with
-``--model.activation_checkpointing true``. Each rank records (``model_sizes_callback.SizeRecorder``):
+[--per_use_ranks 8] [--count_only xxlarge] [--steps 3] [--merge]``. For each preset and world size it runs the real
+command, ``python -m albert_lightning.fit --trainer.devices N`` with ``FSDP2Strategy`` over gloo, as a subprocess for
+a few optimizer steps (LAMB, the paper's) at length 128; at the ``--ac_ranks`` world sizes once more with
+``--model.activation_checkpointing true``, and at the ``--per_use_ranks`` with that and
+``--model.gather_per_use true`` (each sublayer gathered per use: xxlarge's 8 ranks fit the machine only so).
+``--merge`` keeps the runs of the results file that this run does not measure again. Each rank records
+(``model_sizes_callback.SizeRecorder``):
 
 - its peak RSS up to the first step (the model is built whole on every rank, then sharded) and over the steps;
 - the bytes of its own shards of the parameters and of the optimizer's state: the figure that must fall as 1/N.
@@ -23,7 +26,8 @@ The shards: the four books of ``tests/fixtures/prose`` through corpus → segmen
 instances at length 128 (``dupe_factor`` 1, no short sequences), in ``--workdir`` (a temporary folder unless
 given; kept and reused when given). Every fit runs in a folder of its own there, from which no default config
 is read. A fit is stopped (and its figures left out) past ``--timeout_s`` or when its process tree's summed RSS
-passes ``--max_tree_gb``; none starts while MemAvailable is under ``--min_available_gb`` (it waits, then skips).
+passes ``--max_tree_gb`` (summed PSS: each rank maps the same libraries, whose pages summed RSS would count
+once per rank, 0.2 GB each); none starts while MemAvailable is under ``--min_available_gb`` (it waits, then skips).
 
 Figures go to ``--results`` (default ``bench/results``) as ``model_sizes.json`` and ``model_sizes.md``.
 """
@@ -56,6 +60,7 @@ NO_PARAMS = ["--params", os.devnull]  # the bench sets every stage flag it relie
 LOCAL = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 # Rows per rank per step: xlarge gets 1 so that 8 ranks' activations stay inside the memory cap on 2 cores.
 BATCH_SIZE = {"base": 2, "large": 2, "xlarge": 1, "xxlarge": 1}
+PRESETS = list(BATCH_SIZE)  # the paper's, in size order
 TOLERANCE = 1.15  # the issue's "within 15 %" of 1/N
 
 
@@ -117,11 +122,21 @@ def wait_for_memory(min_gb: float, wait_s: float) -> bool:
     return True
 
 
-def fit_command(args: argparse.Namespace, preset: str, ranks: int, ac: bool, shards: Path, root: Path) -> list[str]:
+# How a fit gathers and recomputes: (activation checkpointing, gather per use) by the name its runs are listed under.
+MODES = {"plain": (False, False), "ac": (True, False), "per_use": (True, True)}
+AGAINST_PLAIN = {
+    "ac": "with activation checkpointing ÷ without",
+    "per_use": "each sublayer gathered per use, recomputed, ÷ each layer gathered once per step, not recomputed",
+}
+
+
+def fit_command(args: argparse.Namespace, preset: str, ranks: int, mode: str, shards: Path, root: Path) -> list[str]:
+    ac, per_use = MODES[mode]
     return [
         sys.executable, "-m", "albert_lightning.fit",
         f"--model.preset={preset}", "--model.optimizer=lamb", "--model.warmup_steps=0",
         f"--model.total_steps={args.steps}", f"--model.activation_checkpointing={str(ac).lower()}",
+        f"--model.gather_per_use={str(per_use).lower()}",
         f"--data.data_dir={shards}", f"--data.batch_size={args.batch_size or BATCH_SIZE[preset]}",
         "--data.num_workers=0", "--seed_everything=1",
         "--trainer.accelerator=cpu", f"--trainer.devices={ranks}",
@@ -150,12 +165,12 @@ def run_fit(command: list[str], root: Path, vocab_size: int, timeout_s: float, m
                 break
             try:
                 tree = [parent, *parent.children(recursive=True)]
-                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                peak = max(peak, sum(p.memory_full_info().pss for p in tree if p.is_running()))
             except psutil.NoSuchProcess:
                 pass
             over = peak > max_tree_gb * (1 << 30)
             if over or time.perf_counter() - start > timeout_s:
-                stopped = f"summed RSS over {max_tree_gb} GB" if over else f"past {timeout_s:.0f} s"
+                stopped = f"summed PSS over {max_tree_gb} GB" if over else f"past {timeout_s:.0f} s"
                 os.killpg(child.pid, signal.SIGKILL)
                 _, status, usage = os.wait4(child.pid, 0)
                 break
@@ -163,7 +178,7 @@ def run_fit(command: list[str], root: Path, vocab_size: int, timeout_s: float, m
     wall = time.perf_counter() - start
     cpu = usage.ru_utime + usage.ru_stime
     out = {"returncode": os.waitstatus_to_exitcode(status), "stopped": stopped, "wall_s": wall, "tree_cpu_s": cpu,
-           "tree_peak_rss_mb": peak / MB, "busy_other": other_cores(busy0, cpu, wall)}  # fmt: skip
+           "tree_peak_pss_mb": peak / MB, "busy_other": other_cores(busy0, cpu, wall)}  # fmt: skip
     if out["returncode"] != 0 and not stopped:
         out["error"] = (root / "fit.log").read_text()[-2000:]
     return out
@@ -175,15 +190,17 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def measure_run(args: argparse.Namespace, preset: str, ranks: int, ac: bool, shards: Path) -> dict[str, Any]:
+def measure_run(args: argparse.Namespace, preset: str, ranks: int, mode: str, shards: Path) -> dict[str, Any]:
     """One fit's figures: the tree's, each rank's, and the checkpoints' bytes (then deleted: xlarge's are GBs)."""
-    root = args.workdir / "runs" / f"{preset}-{ranks}-{'ac' if ac else 'noac'}"
+    root = args.workdir / "runs" / f"{preset}-{ranks}-{mode}"
     shutil.rmtree(root, ignore_errors=True)
+    ac, per_use = MODES[mode]
     figures: dict[str, Any] = {"preset": preset, "ranks": ranks, "activation_checkpointing": ac,
-                               "batch_size": args.batch_size or BATCH_SIZE[preset], "steps": args.steps}  # fmt: skip
+                               "gather_per_use": per_use, "batch_size": args.batch_size or BATCH_SIZE[preset],
+                               "steps": args.steps}  # fmt: skip
     if not wait_for_memory(args.min_available_gb, args.wait_s):
         return {**figures, "skipped": f"MemAvailable under {args.min_available_gb} GB for {args.wait_s:.0f} s"}
-    command = fit_command(args, preset, ranks, ac, shards, root)
+    command = fit_command(args, preset, ranks, mode, shards, root)
     figures.update(run_fit(command, root, args.vocab_size, args.timeout_s, args.max_tree_gb))
     records = [json.loads(p.read_text()) for p in sorted(root.glob("rank*.json"))]
     if figures["returncode"] != 0 or len(records) != ranks:
@@ -219,40 +236,61 @@ def measure_run(args: argparse.Namespace, preset: str, ranks: int, ac: bool, sha
 # ----------------------------------------------------------------------------------------------- the report
 
 
+def mode_of(run: dict[str, Any]) -> str:
+    flags = (run["activation_checkpointing"], run.get("gather_per_use", False))  # earlier results lack the key
+    return next(m for m, f in MODES.items() if f == flags)
+
+
+def merged(runs: list[dict[str, Any]], previous: Path) -> list[dict[str, Any]]:
+    """``runs`` with the runs of ``previous`` (an earlier results file) that they do not measure again, in preset,
+    world-size and mode order."""
+
+    def key(r: dict[str, Any]) -> tuple[int, int, int]:
+        order = PRESETS.index(r["preset"]) if r["preset"] in PRESETS else len(PRESETS)
+        return order, r["ranks"], list(MODES).index(mode_of(r))
+
+    new = {key(r) for r in runs}
+    kept = [r for r in json.loads(previous.read_text())["figures"]["runs"] if key(r) not in new]
+    return sorted([*kept, *runs], key=key)
+
+
 def derive_ratios(runs: list[dict[str, Any]]) -> dict[str, dict]:
-    """The 1/N check per preset and world size, and activation checkpointing's memory and CPU per world size."""
-    done = {(r["preset"], r["ranks"], r["activation_checkpointing"]): r for r in runs if "state_bytes_max" in r}
+    """The 1/N check per preset and world size (on the plain run, or the per-use one where no plain run fitted),
+    activation checkpointing's memory and CPU, and gathering per use's against the plain run's."""
+    done = {(r["preset"], r["ranks"], mode_of(r)): r for r in runs if "state_bytes_max" in r}
     ratios: dict[str, dict] = {}
-    for (preset, ranks, ac), r in done.items():
-        one = done.get((preset, 1, ac))
-        if ranks > 1 and one and not ac:
+    for (preset, ranks, mode), r in done.items():
+        one = done.get((preset, 1, "plain"))
+        checked = mode == "plain" or (mode == "per_use" and (preset, ranks, "plain") not in done)
+        if ranks > 1 and one and checked:
             ratios[f"shard_1_over_n_{preset}_{ranks}"] = ratio(
                 r["state_bytes_max"], one["state_bytes_max"] / ranks,
                 f"{preset} at {ranks} ranks: the largest rank's parameter + optimizer-state bytes ÷ 1/{ranks} of "
                 "the 1-rank bytes",
             )  # fmt: skip
-        off = done.get((preset, ranks, False))
-        if ac and off:
-            ratios[f"ac_peak_rss_train_{preset}_{ranks}"] = ratio(
+        off = done.get((preset, ranks, "plain"))
+        if mode != "plain" and off:
+            ratios[f"{mode}_peak_rss_train_{preset}_{ranks}"] = ratio(
                 r["peak_rss_train_mb"], off["peak_rss_train_mb"],
-                f"{preset} at {ranks} ranks: the largest rank's peak RSS over the steps, with activation "
-                "checkpointing ÷ without",
+                f"{preset} at {ranks} ranks: the largest rank's peak RSS over the steps, {AGAINST_PLAIN[mode]}",
             )  # fmt: skip
-            ratios[f"ac_cpu_per_step_{preset}_{ranks}"] = ratio(
+            ratios[f"{mode}_cpu_per_step_{preset}_{ranks}"] = ratio(
                 r["cpu_s_per_step"], off["cpu_s_per_step"],
-                f"{preset} at {ranks} ranks: CPU-s per step (all ranks), with activation checkpointing ÷ without",
+                f"{preset} at {ranks} ranks: CPU-s per step (all ranks), {AGAINST_PLAIN[mode]}",
             )  # fmt: skip
     return ratios
 
 
 def table(runs: list[dict[str, Any]], counts: dict[str, int], ratios: dict[str, dict]) -> list[str]:
     """The Markdown table of every run, one row each."""
-    lines = ["| preset | parameters (V=30,000) | ranks | act. ckpt | batch/rank | peak RSS build MB | "
+    lines = ["| preset | parameters (V=30,000) | ranks | act. ckpt | gathered | batch/rank | peak RSS build MB | "
              "peak RSS steps MB | param+optimizer MB/rank | ÷ (1-rank / N) | CPU-s/step (all ranks) | "
-             "sharded ckpt MB | full ckpt MB |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "sharded ckpt MB | full ckpt MB |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in runs:
         head = f"| {r['preset']} | {counts[r['preset']] / 1e6:.2f} M | {r['ranks']} | "
-        head += f"{'yes' if r['activation_checkpointing'] else 'no'} | {r['batch_size']} | "
+        head += f"{'yes' if r['activation_checkpointing'] else 'no'} | "
+        head += f"{'each sublayer per use' if r.get('gather_per_use') else 'each layer per step'} | "
+        head += f"{r['batch_size']} | "
         if "state_bytes_max" not in r:
             why = r.get("skipped") or r.get("stopped") or f"exit {r.get('returncode')}"
             lines.append(head + f"not measured: {why} | | | | | | |")
@@ -269,16 +307,18 @@ def table(runs: list[dict[str, Any]], counts: dict[str, int], ratios: dict[str, 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="+", default=["base", "large", "xlarge", "xxlarge"])
-    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8])
+    parser.add_argument("--presets", nargs="+", default=PRESETS)
+    parser.add_argument("--ranks", nargs="*", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--ac_ranks", nargs="*", type=int, default=[2], help="world sizes also run with AC on")
+    parser.add_argument("--per_use_ranks", nargs="*", type=int, default=[], help="world sizes run gathering per use")
+    parser.add_argument("--merge", action="store_true", help="keep the results file's runs not measured again")
     parser.add_argument("--count_only", nargs="*", default=[], help="presets counted on meta, no fit")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per fit")
     parser.add_argument("--batch_size", type=int, help=f"rows per rank per step (default per preset: {BATCH_SIZE})")
     parser.add_argument("--seq_len", type=int, default=128)
     parser.add_argument("--vocab_size", type=int, default=30000, help="the model's vocabulary (the paper's)")
     parser.add_argument("--timeout_s", type=float, default=1500.0, help="a fit is stopped past this")
-    parser.add_argument("--max_tree_gb", type=float, default=10.0, help="a fit is stopped past this summed RSS")
+    parser.add_argument("--max_tree_gb", type=float, default=10.0, help="a fit is stopped past this summed PSS")
     parser.add_argument("--min_available_gb", type=float, default=14.0, help="MemAvailable a fit waits for")
     parser.add_argument("--wait_s", type=float, default=600.0, help="how long a fit waits for that memory")
     parser.add_argument("--workdir", type=Path, help="shards and runs (kept); default: a temporary folder")
@@ -300,24 +340,28 @@ def main(argv: list[str] | None = None) -> None:
         shards = build_shards(args.workdir, args.seq_len)
         runs = []
         for preset in args.presets:
-            for ranks in args.ranks:
-                for ac in (False, True) if ranks in args.ac_ranks else (False,):
-                    r = measure_run(args, preset, ranks, ac, shards)
+            for ranks in sorted({*args.ranks, *args.ac_ranks, *args.per_use_ranks}):
+                wanted = {"plain": args.ranks, "ac": args.ac_ranks, "per_use": args.per_use_ranks}
+                for mode in [m for m, at in wanted.items() if ranks in at]:
+                    r = measure_run(args, preset, ranks, mode, shards)
                     runs.append(r)
                     if "state_bytes_max" in r:
-                        print(f"{preset:<8} ranks {ranks} ac {ac!s:<5} peak RSS {r['peak_rss_build_mb']:,.0f}/"
+                        print(f"{preset:<8} ranks {ranks} {mode:<7} peak RSS {r['peak_rss_build_mb']:,.0f}/"
                               f"{r['peak_rss_train_mb']:,.0f} MB; param+opt {r['state_bytes_max'] / MB:,.1f} MB/rank;"
                               f" {r['cpu_s_per_step']:.2f} CPU-s/step; ckpt {r['sharded_ckpt_bytes'] / MB:,.1f} MB"
                               f" sharded, {r['full_ckpt_bytes'] / MB:,.1f} MB full", flush=True)  # fmt: skip
                     else:
                         print(
-                            f"{preset:<8} ranks {ranks} ac {ac}: not measured "
+                            f"{preset:<8} ranks {ranks} {mode}: not measured "
                             f"({r.get('skipped') or r.get('stopped') or r.get('error', '')[-400:]})",
                             flush=True,
                         )
     finally:
         if temporary:
             shutil.rmtree(args.workdir, ignore_errors=True)
+    if args.merge:
+        runs = merged(runs, args.results / "model_sizes.json")
+        counts = {**json.loads((args.results / "model_sizes.json").read_text())["figures"]["counts"], **counts}
     ratios = derive_ratios(runs)
     targets = {k: ("<=", TOLERANCE) for k in ratios if k.startswith("shard_1_over_n_")}
     # Bytes of shards do not depend on the machine's load: the 1/N check is judged whatever the load.
