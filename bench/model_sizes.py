@@ -5,7 +5,7 @@ Run: ``python bench/model_sizes.py [--presets base large xlarge] [--ranks 1 2 4 
 command, ``python -m albert_lightning.fit --trainer.devices N`` with ``FSDP2Strategy`` over gloo, as a subprocess for
 a few optimizer steps (LAMB, the paper's) at length 128; at the ``--ac_ranks`` world sizes once more with
 ``--model.activation_checkpointing true``, and at the ``--per_use_ranks`` with that and
-``--model.gather_per_use true`` (each sublayer gathered per use: xxlarge's 8 ranks fit the machine only so).
+``--model.gather_per_use true`` (each sublayer gathered per use: a rank's memory for a layer's).
 ``--merge`` keeps the runs of the results file that this run does not measure again. Each rank records
 (``model_sizes_callback.SizeRecorder``):
 
@@ -241,8 +241,8 @@ def mode_of(run: dict[str, Any]) -> str:
     return next(m for m, f in MODES.items() if f == flags)
 
 
-def merged(runs: list[dict[str, Any]], previous: Path) -> list[dict[str, Any]]:
-    """``runs`` with the runs of ``previous`` (an earlier results file) that they do not measure again, in preset,
+def merged(runs: list[dict[str, Any]], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``runs`` with the ``previous`` runs (an earlier results file's) that they do not measure again, in preset,
     world-size and mode order."""
 
     def key(r: dict[str, Any]) -> tuple[int, int, int]:
@@ -250,7 +250,7 @@ def merged(runs: list[dict[str, Any]], previous: Path) -> list[dict[str, Any]]:
         return order, r["ranks"], list(MODES).index(mode_of(r))
 
     new = {key(r) for r in runs}
-    kept = [r for r in json.loads(previous.read_text())["figures"]["runs"] if key(r) not in new]
+    kept = [r for r in previous if key(r) not in new]
     return sorted([*kept, *runs], key=key)
 
 
@@ -339,9 +339,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"param+optimizer on 1 rank {12 * count / MB:,.1f} MB")  # fmt: skip
         shards = build_shards(args.workdir, args.seq_len)
         runs = []
+        wanted = {"plain": args.ranks, "ac": args.ac_ranks, "per_use": args.per_use_ranks}
         for preset in args.presets:
             for ranks in sorted({*args.ranks, *args.ac_ranks, *args.per_use_ranks}):
-                wanted = {"plain": args.ranks, "ac": args.ac_ranks, "per_use": args.per_use_ranks}
                 for mode in [m for m, at in wanted.items() if ranks in at]:
                     r = measure_run(args, preset, ranks, mode, shards)
                     runs.append(r)
@@ -360,8 +360,8 @@ def main(argv: list[str] | None = None) -> None:
         if temporary:
             shutil.rmtree(args.workdir, ignore_errors=True)
     if args.merge:
-        runs = merged(runs, args.results / "model_sizes.json")
-        counts = {**json.loads((args.results / "model_sizes.json").read_text())["figures"]["counts"], **counts}
+        previous = json.loads((args.results / "model_sizes.json").read_text())["figures"]
+        runs, counts = merged(runs, previous["runs"]), {**previous["counts"], **counts}
     ratios = derive_ratios(runs)
     targets = {k: ("<=", TOLERANCE) for k in ratios if k.startswith("shard_1_over_n_")}
     # Bytes of shards do not depend on the machine's load: the 1/N check is judged whatever the load.
