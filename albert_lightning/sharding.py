@@ -13,8 +13,16 @@ The model file knows nothing of this (torchtitan's split of model and paralleliz
 Gathered once per step, a layer costs every rank its whole weights and their whole gradient (plus the reduce-scatter
 buffer) at once, whatever the number of ranks: 2.4 GB of xxlarge's fixed 4 GB a rank. ``gather_per_use`` makes
 each unique attention block, FFN input and FFN output projection a unit of its own, gathered for each of its L uses
-and freed after it, its gradient reduce-scattered after each use in backward: a rank then holds one sublayer
-(H×I, a third of xxlarge's layer) at a time, for L times the all-gathers and reduce-scatters of a step.
+and freed after it, and turns off FSDP2's backward prefetch of the next unit: a rank then holds one sublayer's weights
+(H×I, a third of xxlarge's layer) at a time, for L times the all-gathers and reduce-scatters of a step. Its gradient
+is reduce-scattered after each use too, which FSDP2 alone does not do: autograd sums a parameter's gradient over all
+its uses before it hands it to anyone, so every shared sublayer's whole gradient would stay on every rank until the
+end of backward (``HandGradientToFSDP``).
+
+On CPUs (gloo) the units' collectives are ``InPlaceAllGather`` and ``InPlaceReduceScatter``: gloo's own all-gather
+and reduce-scatter each stage a whole gathered unit in a temporary, and FSDP2 keeps the last reduce-scatter's input
+alive to order CUDA streams that a CPU does not have. Between them that is two to three units' bytes more a rank,
+for the same sums.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 from torch.distributed._composable import checkpoint
@@ -38,13 +47,21 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter  # what set_custom_* take
 from torch.distributed.tensor import DTensor
 
 from albert_lightning.checkpoints import LIGHTNING_META, METADATA, load_checkpoint, read_sharded
 from albert_lightning.model import AlbertLayer, AlbertModel, AlbertTransformer
 
-__all__ = ["FSDP2Strategy", "clip_grad_norm", "shard_albert"]
+__all__ = [
+    "FSDP2Strategy",
+    "HandGradientToFSDP",
+    "InPlaceAllGather",
+    "InPlaceReduceScatter",
+    "clip_grad_norm",
+    "shard_albert",
+]
 
 PARAM_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 VIEW_OUTPUT = r"FSDP2-wrapped module \(FSDPLinear\) returned a view tensor"
@@ -101,7 +118,112 @@ def shard_albert(
     for unit in units:
         fully_shard(unit, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    fsdp_units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    if gather_per_use:
+        # By default FSDP2 gathers the unit that runs next in backward while this one runs: two sublayers at once.
+        # A unit told to prefetch only itself prefetches nothing (it is gathered already when its backward begins).
+        for unit in fsdp_units:
+            unit.set_modules_to_backward_prefetch([unit])
+        for sublayer in sublayers:
+            sublayer.register_forward_pre_hook(hand_gradients_to_fsdp_per_use)  # after FSDP2's own, which gathers
+    if mesh.device_type == "cpu":
+        for unit in fsdp_units:
+            unit.set_custom_all_gather(InPlaceAllGather())
+            unit.set_custom_reduce_scatter(InPlaceReduceScatter())
     return model
+
+
+class HandGradientToFSDP(torch.autograd.Function):
+    """Identity on a gathered parameter, for one use; its backward makes that use's gradient the parameter's ``.grad``.
+
+    FSDP2 reduce-scatters a unit's ``.grad`` after each use's backward, but autograd accumulates a parameter's
+    gradient over all its uses before setting ``.grad``: for a unit used L times, the first L-1 reductions find
+    nothing and the whole gradient waits until the end. Through this function each use's gradient is ``.grad`` at
+    once. Autograd runs the function's backward before FSDP2's post-backward of the same use (it was created
+    after it, and autograd runs the later-created of two ready nodes first); were it ever later, FSDP2's next
+    post-backward or its final callback would reduce the gradient instead: the sum is the same, the memory not.
+    """
+
+    @staticmethod
+    def forward(param: torch.Tensor) -> torch.Tensor:
+        return param.view_as(param)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
+        (ctx.param,) = inputs
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> None:
+        param = ctx.param
+        param.grad = grad if param.grad is None else param.grad + grad
+        return None
+
+
+def hand_gradients_to_fsdp_per_use(module: nn.Module, args: Any) -> None:
+    """Forward pre-hook of a ``gather_per_use`` unit: routes each gathered parameter through ``HandGradientToFSDP``.
+
+    The parameter goes back into the module as it was when FSDP2 reshards the unit (after forward; after backward
+    for a recomputed use), since FSDP2 then sets its own tensors in place of whatever the module holds.
+    """
+    if not torch.is_grad_enabled():
+        return
+    for owner in module.modules():
+        for name, param in owner._parameters.items():
+            if isinstance(param, nn.Parameter) and not isinstance(param, DTensor) and param.requires_grad:
+                owner._parameters[name] = HandGradientToFSDP.apply(param)
+
+
+class InPlaceAllGather(AllGather):
+    """FSDP2's all-gather on CPU ranks, written straight into FSDP2's output: each rank broadcasts its slot.
+
+    Gloo's ``all_gather_into_tensor`` gathers into a temporary of the whole output and copies it over, so a rank
+    gathering a 268 MB unit (xxlarge's FFN) held 536 MB for it. Returns no work: the broadcasts have finished.
+    """
+
+    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
+    ) -> None:
+        slots = output_tensor.view(group.size(), -1)
+        mine = slots[group.rank()]
+        if mine.data_ptr() != input_tensor.data_ptr():  # FSDP2 copies its input into the rank's slot already
+            mine.copy_(input_tensor.view(-1))
+        for rank in range(group.size()):
+            dist.broadcast(slots[rank], group=group, group_src=rank)
+
+
+class InPlaceReduceScatter(ReduceScatter):
+    """FSDP2's reduce-scatter on CPU ranks: an in-place all-reduce of FSDP2's input, whose storage is then freed.
+
+    The input is FSDP2's own copy of the unsharded gradients, read by nothing after this call; gloo's
+    ``reduce_scatter_tensor`` would reduce a temporary copy of it, and FSDP2 keeps the input alive until the next
+    reduce-scatter (for CUDA streams). Freed here, a rank holds no gradient bytes beyond its shard once the call
+    returns. Operations other than SUM and AVG (PREMUL_SUM, chosen only for a custom gradient divisor) go to gloo.
+    """
+
+    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: Any,
+        async_op: bool = False,
+    ) -> None:
+        if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
+            return
+        dist.all_reduce(input_tensor, op=dist.ReduceOp.SUM, group=group)
+        mine = input_tensor.view(group.size(), -1)[group.rank()]
+        if op == dist.ReduceOp.AVG:
+            torch.div(mine, group.size(), out=output_tensor.view(-1))
+        else:
+            output_tensor.view(-1).copy_(mine)
+        input_tensor.untyped_storage().resize_(0)
 
 
 def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> torch.Tensor:

@@ -1,8 +1,13 @@
 """Tests for albert_lightning.sharding's FSDP2 units: what a rank holds gathered when, and that it changes no
-gradient. One rank, in this process, over a file store (no port); the multi-rank runs are in test_pretraining."""
+gradient. One rank, in this process, over a file store (no port), except the CPU collectives and per-use reductions
+on two ranks (``sharding_two_ranks.py``, a subprocess); the multi-rank training runs are in test_pretraining."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +19,7 @@ from torch.distributed.tensor import DTensor
 
 from albert_lightning.model import AlbertConfig, AlbertForPreTraining, AlbertLayer
 from albert_lightning.sharding import shard_albert
+from tests.conftest import DISTRIBUTED_ENV
 
 
 @pytest.fixture
@@ -73,3 +79,20 @@ def test_gathering_per_use_frees_each_sublayer_after_each_use_and_gives_the_same
     # The gradient reduce-scattered after each use sums to the one reduced at the end.
     for (name, a), (_, b) in zip(once.named_parameters(), per_use.named_parameters(), strict=True):
         torch.testing.assert_close(b.grad.full_tensor(), a.grad.full_tensor(), rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_two_cpu_ranks_collect_in_place_reduce_each_use_at_once_and_gather_one_sublayer_at_a_time(tmp_path):
+    report_path = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+    script = Path(__file__).with_name("sharding_two_ranks.py")
+    subprocess.run([sys.executable, str(script), str(report_path)], env=env, check=True, timeout=600)
+    report = json.loads(report_path.read_text())
+    # The same sums as gloo's collectives, and FSDP2's reduce-scatter input is freed when the call returns.
+    assert report["collectives"] == dict.fromkeys(
+        ["all_gather", *(f"reduce_scatter_{op}{freed}" for op in ("RedOpType.SUM", "RedOpType.AVG")
+                         for freed in ("", "_freed_input"))], True)  # fmt: skip
+    # Each shared sublayer's gradient is reduce-scattered after each of its L uses (FSDP2 alone: once, at the
+    # end), and no sublayer is still or already gathered when another is gathered in backward (no prefetch).
+    layers = report["per_use"]["layers"]
+    assert report["per_use"]["reductions"] == {"attention": layers, "ffn": layers, "ffn_output": layers}
+    assert report["per_use"]["most_gathered_in_backward"] == 0
