@@ -6,7 +6,10 @@ command, ``python -m albert_lightning.fit --trainer.devices N`` with ``FSDP2Stra
 a few optimizer steps (LAMB, the paper's) at length 128; at the ``--ac_ranks`` world sizes once more with
 ``--model.activation_checkpointing true``, and at the ``--per_use_ranks`` with that and
 ``--model.gather_per_use true`` (each sublayer gathered per use: a rank's memory for a layer's).
-``--merge`` keeps the runs of the results file that this run does not measure again. Each rank records
+``--merge`` keeps the runs of the results file that this run does not measure again. ``--malloc_mmap_threshold_mb``
+sets glibc's ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` for the fits: each allocation that large gets
+pages of its own, returned when freed, instead of a place in a heap that freed tensors leave fragmented (0.5 GB a
+rank of xxlarge's steady state, measured on 2 ranks); the table says which runs had it. Each rank records
 (``model_sizes_callback.SizeRecorder``):
 
 - its peak RSS up to the first step (the model is built whole on every rank, then sharded) and over the steps;
@@ -148,10 +151,14 @@ def fit_command(args: argparse.Namespace, preset: str, ranks: int, mode: str, sh
     ]  # fmt: skip
 
 
-def run_fit(command: list[str], root: Path, vocab_size: int, timeout_s: float, max_tree_gb: float) -> dict[str, Any]:
+def run_fit(
+    command: list[str], root: Path, vocab_size: int, timeout_s: float, max_tree_gb: float, mmap_mb: float | None
+) -> dict[str, Any]:
     """Runs one fit in ``root``, watching its process tree; returns how it ended, its CPU time and its peak."""
     env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
     env.update(MASTER_PORT=str(free_port()), MODEL_SIZES_VOCAB=str(vocab_size), PYTHONUNBUFFERED="1")
+    if mmap_mb is not None:
+        env["MALLOC_MMAP_THRESHOLD_"] = env["MALLOC_TRIM_THRESHOLD_"] = str(int(mmap_mb * MB))
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "bench"), str(REPO), env.get("PYTHONPATH", "")])
     root.mkdir(parents=True)
     start, busy0, stopped, peak = time.perf_counter(), busy_cpu_s(), None, 0
@@ -197,11 +204,14 @@ def measure_run(args: argparse.Namespace, preset: str, ranks: int, mode: str, sh
     ac, per_use = MODES[mode]
     figures: dict[str, Any] = {"preset": preset, "ranks": ranks, "activation_checkpointing": ac,
                                "gather_per_use": per_use, "batch_size": args.batch_size or BATCH_SIZE[preset],
-                               "steps": args.steps}  # fmt: skip
+                               "steps": args.steps,
+                               "malloc_mmap_threshold_mb": args.malloc_mmap_threshold_mb}  # fmt: skip
     if not wait_for_memory(args.min_available_gb, args.wait_s):
         return {**figures, "skipped": f"MemAvailable under {args.min_available_gb} GB for {args.wait_s:.0f} s"}
     command = fit_command(args, preset, ranks, mode, shards, root)
-    figures.update(run_fit(command, root, args.vocab_size, args.timeout_s, args.max_tree_gb))
+    figures.update(
+        run_fit(command, root, args.vocab_size, args.timeout_s, args.max_tree_gb, args.malloc_mmap_threshold_mb)
+    )
     records = [json.loads(p.read_text()) for p in sorted(root.glob("rank*.json"))]
     if figures["returncode"] != 0 or len(records) != ranks:
         return figures
@@ -289,7 +299,10 @@ def table(runs: list[dict[str, Any]], counts: dict[str, int], ratios: dict[str, 
     for r in runs:
         head = f"| {r['preset']} | {counts[r['preset']] / 1e6:.2f} M | {r['ranks']} | "
         head += f"{'yes' if r['activation_checkpointing'] else 'no'} | "
-        head += f"{'each sublayer per use' if r.get('gather_per_use') else 'each layer per step'} | "
+        head += "each sublayer per use" if r.get("gather_per_use") else "each layer per step"
+        if r.get("malloc_mmap_threshold_mb") is not None:
+            head += f", glibc mmap ≥ {r['malloc_mmap_threshold_mb']:g} MB"
+        head += " | "
         head += f"{r['batch_size']} | "
         if "state_bytes_max" not in r:
             why = r.get("skipped") or r.get("stopped") or f"exit {r.get('returncode')}"
@@ -314,6 +327,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--merge", action="store_true", help="keep the results file's runs not measured again")
     parser.add_argument("--count_only", nargs="*", default=[], help="presets counted on meta, no fit")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per fit")
+    parser.add_argument("--malloc_mmap_threshold_mb", type=float, help="glibc's mmap and trim thresholds for fits")
     parser.add_argument("--batch_size", type=int, help=f"rows per rank per step (default per preset: {BATCH_SIZE})")
     parser.add_argument("--seq_len", type=int, default=128)
     parser.add_argument("--vocab_size", type=int, default=30000, help="the model's vocabulary (the paper's)")
