@@ -48,7 +48,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter  # what set_custom_* take
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
 from torch.distributed.tensor import DTensor
 
 from albert_lightning.checkpoints import LIGHTNING_META, METADATA, load_checkpoint, read_sharded
@@ -173,15 +173,12 @@ def hand_gradients_to_fsdp_per_use(module: nn.Module, args: Any) -> None:
                 owner._parameters[name] = HandGradientToFSDP.apply(param)
 
 
-class InPlaceAllGather(AllGather):
+class InPlaceAllGather(DefaultAllGather):
     """FSDP2's all-gather on CPU ranks, written straight into FSDP2's output: each rank broadcasts its slot.
 
     Gloo's ``all_gather_into_tensor`` gathers into a temporary of the whole output and copies it over, so a rank
     gathering a 268 MB unit (xxlarge's FFN) held 536 MB for it. Returns no work: the broadcasts have finished.
     """
-
-    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
@@ -194,7 +191,7 @@ class InPlaceAllGather(AllGather):
             dist.broadcast(slots[rank], group=group, group_src=rank)
 
 
-class InPlaceReduceScatter(ReduceScatter):
+class InPlaceReduceScatter(DefaultReduceScatter):
     """FSDP2's reduce-scatter on CPU ranks: an in-place all-reduce of FSDP2's input, whose storage is then freed.
 
     The input is FSDP2's own copy of the unsharded gradients, read by nothing after this call; gloo's
@@ -202,9 +199,6 @@ class InPlaceReduceScatter(ReduceScatter):
     reduce-scatter (for CUDA streams). Freed here, a rank holds no gradient bytes beyond its shard once the call
     returns. Operations other than SUM and AVG (PREMUL_SUM, chosen only for a custom gradient divisor) go to gloo.
     """
-
-    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(
         self,
@@ -215,7 +209,7 @@ class InPlaceReduceScatter(ReduceScatter):
         async_op: bool = False,
     ) -> None:
         if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
-            dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group)
+            super().__call__(output_tensor, input_tensor, group, op)
             return
         dist.all_reduce(input_tensor, op=dist.ReduceOp.SUM, group=group)
         mine = input_tensor.view(group.size(), -1)[group.rank()]

@@ -31,7 +31,6 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.algorithms.batch_hashes import stable_hashes64
@@ -45,13 +44,11 @@ from pipelines.algorithms.vocabulary import (
     VOCAB_FILES,
     VOCAB_TXT,
     Vocabulary,
+    read_vocabulary,
     token_classes,
-    vocabulary_file,
     vocabulary_from_bytes,
 )
 from pipelines.algorithms.word_segments import jieba_words, pieces_joins
-from pipelines.algorithms.wordpiece import CONFIG as WORDPIECE_CONFIG
-from pipelines.algorithms.wordpiece import read_config
 from pipelines.contracts.documents import finished_files, read_normalizer, require_deduped
 from pipelines.contracts.manifest import MANIFEST, SCHEMA_VERSION, SPLITS, Manifest, ShardInfo, shard_schema
 from pipelines.contracts.shards import ShardWriter, rows_table
@@ -352,9 +349,10 @@ class VocabSource:
     """The vocabulary file the stage encodes with, as bytes (a remote path is read once, by the launcher), and a
     vocab.txt's settings (its tokenizer_config.json's): what every worker loads the vocabulary from."""
 
-    path: str
+    file: str  # SPIECE_MODEL or VOCAB_TXT
     data: bytes = field(repr=False)
     tokenizer: dict | None
+    path: str
 
     @classmethod
     def find(cls, path: str) -> VocabSource:
@@ -364,16 +362,10 @@ class VocabSource:
             FileNotFoundError: naming the folder, when it holds no vocabulary file.
             ValueError: naming the folder, when it holds both kinds (which one was meant is unknowable).
         """
-        path = vocabulary_file(path, files.exists, files.join)
-        tokenizer = None
-        folder, name = FileSystems.split(path)
-        if name == VOCAB_TXT:
-            config = files.join(folder, WORDPIECE_CONFIG)
-            tokenizer = read_config(files.read_bytes(config), config) if files.exists(config) else None
-        return cls(path, files.read_bytes(path), tokenizer)
+        return cls(*read_vocabulary(path, files.exists, files.join, files.read_bytes))
 
     def load(self) -> Vocabulary:
-        return vocabulary_from_bytes(FileSystems.split(self.path)[1], self.data, self.tokenizer, self.path)
+        return vocabulary_from_bytes(self.file, self.data, self.tokenizer, self.path)
 
 
 def _check_normalizer(vocab: Vocabulary, normalizer: Normalizer, vocab_path: str, input_folder: str) -> None:

@@ -26,7 +26,7 @@ from albert_lightning.interop.hf_tokenizer import SPECIAL_IDS, write_tokenizer, 
 from albert_lightning.model import TIED_WEIGHTS, AlbertConfig, AlbertForPreTraining, with_tied_weights
 from albert_lightning.model_config import ACTIVATIONS
 from pipelines.algorithms.textnorm import Normalizer, hf_normalizer, normalizer_of, tokenizer_settings
-from pipelines.algorithms.vocabulary import load_vocabulary, vocabulary_file
+from pipelines.algorithms.vocabulary import load_vocabulary
 from pipelines.algorithms.wordpiece import WordPieceVocab
 
 __all__ = [
@@ -118,12 +118,11 @@ def export_hf(
     if config != encoder_config:
         raise ValueError(f"export_hf: config {config} is not the model's {encoder_config}")
     if spiece_model is not None:
-        spiece_model = vocabulary_file(str(spiece_model))
         vocab = load_vocabulary(spiece_model, config.vocab_size, "the checkpoint")
         if isinstance(vocab, WordPieceVocab):
             write = functools.partial(write_wordpiece_tokenizer, vocab)
         else:
-            write = functools.partial(write_tokenizer, vocab.sp, Path(spiece_model))
+            write = functools.partial(write_tokenizer, vocab.sp, Path(vocab.source))
     folder = Path(folder)
     check_export_target(folder)
     # Written beside the target and renamed when complete: a failed export never leaves a folder that looks

@@ -27,6 +27,7 @@ __all__ = [
     "SentencePieceVocab",
     "Vocabulary",
     "load_vocabulary",
+    "read_vocabulary",
     "token_classes",
     "vocabulary_file",
     "vocabulary_from_bytes",
@@ -38,6 +39,7 @@ VOCAB_FILES = (SPIECE_MODEL, VOCAB_TXT)  # the names a vocabulary file has, in a
 
 class Vocabulary(Protocol):
     file: str  # SPIECE_MODEL or VOCAB_TXT
+    source: str  # the path it was read from
     begins_unit: str  # what encode_with_begins' offsets count: "byte" or "char" (word_segments.pieces_joins)
 
     @property
@@ -60,6 +62,7 @@ class SentencePieceVocab:
 
     def __init__(self, data: bytes, source: str) -> None:
         self.sp = spiece_from_proto(data, source)
+        self.source = source
         roles = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
         self.special_ids = dict(zip(roles, (PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID), strict=True))
         self.tokenizer: dict = {}  # SentencePiece's text arrives normalised: the manifest's normalizer says how
@@ -130,7 +133,7 @@ def vocabulary_file(
 
 def load_vocabulary(path: str | os.PathLike, vocab_size: int | None = None, model: str = "the model") -> Vocabulary:
     """Loads a local vocabulary file: a ``spiece.model``, or a ``vocab.txt`` with the tokenizer_config.json beside
-    it (BertTokenizer's defaults without one); for remote paths read the bytes and use ``vocabulary_from_bytes``.
+    it (BertTokenizer's defaults without one); for remote paths ``read_vocabulary`` with the bucket's file system.
 
     Args:
         path: the file, or a folder holding one (``vocabulary_file``).
@@ -142,15 +145,33 @@ def load_vocabulary(path: str | os.PathLike, vocab_size: int | None = None, mode
         ValueError: naming ``path``, for a file that is not a vocabulary of its kind, or another piece count than
             ``vocab_size`` (naming ``model``).
     """
-    path = Path(vocabulary_file(os.fspath(path)))
-    tokenizer = None
-    if path.name == VOCAB_TXT:
-        config = path.with_name(CONFIG)
-        tokenizer = read_config(config.read_bytes(), str(config)) if config.is_file() else None
-    vocab = vocabulary_from_bytes(path.name, path.read_bytes(), tokenizer, str(path))
+    vocab = vocabulary_from_bytes(*read_vocabulary(os.fspath(path)))
     if vocab_size is not None and vocab.vocab_size != vocab_size:
-        raise ValueError(f"{path}: {vocab.vocab_size} pieces, but {model} has vocab_size {vocab_size}")
+        raise ValueError(f"{vocab.source}: {vocab.vocab_size} pieces, but {model} has vocab_size {vocab_size}")
     return vocab
+
+
+def read_vocabulary(
+    path: str,
+    exists: Callable[[str], bool] = os.path.exists,
+    join: Callable[[str, str], str] = os.path.join,
+    read_bytes: Callable[[str], bytes] = lambda local: Path(local).read_bytes(),
+) -> tuple[str, bytes, dict | None, str]:
+    """Reads the vocabulary file of ``path`` (``vocabulary_file``) and, for a vocab.txt, the tokenizer_config.json
+    beside it: ``vocabulary_from_bytes``'s arguments. ``exists``, ``join`` and ``read_bytes`` are the file
+    system's (Beam's for a bucket).
+
+    Raises:
+        FileNotFoundError: naming the folder, when it holds no vocabulary file.
+        ValueError: naming the folder, when it holds both kinds; naming the config, when it is not a JSON object.
+    """
+    path = vocabulary_file(path, exists, join)
+    name = VOCAB_FILES[[path.endswith(name) for name in VOCAB_FILES].index(True)]
+    tokenizer = None
+    if name == VOCAB_TXT:
+        config = path[: -len(VOCAB_TXT)] + CONFIG  # beside it, on any file system's separator
+        tokenizer = read_config(read_bytes(config), config) if exists(config) else None
+    return name, read_bytes(path), tokenizer, path
 
 
 def vocabulary_from_bytes(name: str, data: bytes, tokenizer: dict | None, source: str) -> Vocabulary:
