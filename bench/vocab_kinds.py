@@ -42,8 +42,9 @@ from measure import REPO, machine
 
 from albert_lightning.ablations.findings import Finding, check
 from albert_lightning.ablations.report import collect
+from albert_lightning.evaluation.intrinsic import scored_batches
 from albert_lightning.interop.pretrained import load_pretrained
-from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset, collate
+from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset
 from pipelines.algorithms.vocabulary import SentencePieceVocab, load_vocabulary
 
 KINDS = ("sentencepiece", "wordpiece")
@@ -154,9 +155,7 @@ def per_character(checkpoint: Path, shards: Path, vocab_folder: Path, batches: i
     chars = torch.from_numpy(_characters(load_vocabulary(vocab_folder)))
     dataset = ShardDataset(shards, "validation")
     hit_chars = loss = total = 0.0
-    for start in range(0, min(len(dataset), batches * batch_size), batch_size):
-        batch = collate([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_lm_positions"])
+    for _, batch, out in scored_batches(model, dataset, batches, batch_size):
         labels = batch["masked_lm_ids"]
         real = labels != IGNORE_INDEX
         logits, targets = out.prediction_logits[real], labels[real]

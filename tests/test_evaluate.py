@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
@@ -21,11 +22,13 @@ import yaml
 from albert_lightning.evaluation import cli as evaluate
 from albert_lightning.evaluation import runner
 from albert_lightning.evaluation.finetuning import Encoder
+from albert_lightning.evaluation.intrinsic import word_hits
 from albert_lightning.evaluation.metrics import compute_metrics
 from albert_lightning.evaluation.report import read_predictions, write_report
 from albert_lightning.evaluation.task_files import TaskDataError, generic_task
 from albert_lightning.evaluation.task_specs import GLUE_TASKS, TaskSpec
-from albert_lightning.pretraining.data import ShardDataset
+from albert_lightning.pretraining.data import Rows, ShardDataset
+from pipelines.algorithms.masking import TokenClasses
 from pipelines.algorithms.textnorm import Normalizer
 from tests.conftest import DISTRIBUTED_ENV, PipelineRun
 from tests.test_task_files import FILES, TEST_FILES, write_glue
@@ -120,6 +123,8 @@ def test_intrinsic_scores_follow_the_shards_kind(
     targets = Counter(int(t) for row in rows for t in row["masked_lm_ids"])
     assert scores["pairs"] == 4 and scores["mlm_predictions"] == sum(targets.values())
     assert scores["mlm_accuracy"] == scores["mlm_correct"] / scores["mlm_predictions"]
+    assert 0 < scores["mlm_words"] <= scores["mlm_predictions"]  # a masked word holds one masked piece or more
+    assert scores["mlm_word_accuracy"] == scores["mlm_word_correct"] / scores["mlm_words"]
     assert scores["sop_accuracy"] == scores["pair_correct"] / scores["pairs"]
     frequent_count = targets.most_common(1)[0][1]
     assert scores["mlm_most_frequent_accuracy"] == frequent_count / sum(targets.values())
@@ -138,6 +143,26 @@ def test_intrinsic_scores_follow_the_shards_kind(
     assert (known["mlm_correct"], known["pair_correct"]) == (frequent_count, first_order)
     frequent_cell = f"| {scores['mlm_accuracy']:.3f} | {scores['mlm_most_frequent_accuracy']:.3f} | "
     assert frequent_cell in (tmp_path / "report.md").read_text()
+
+
+def test_word_hits_count_a_word_right_only_when_every_masked_piece_is() -> None:
+    pieces = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]", "▁a", "b", "▁c", "▁d"]
+    classes = TokenClasses.from_pieces(pieces, mask_id=4, num_special=5)
+    # [CLS] ▁a b ▁c ▁d [SEP]: words ▁a+b, ▁c, ▁d; ▁a, b and ▁d masked, b predicted wrong.
+    tokens, positions, labels = np.array([2, 4, 4, 7, 4, 3]), np.array([1, 2, 4]), np.array([5, 6, 8])
+
+    def rows(joins: np.ndarray | None) -> Rows:
+        offsets = np.array([0, len(tokens)])
+        return Rows(
+            tokens, np.zeros_like(tokens), offsets, positions, labels, np.array([0, 3]), np.zeros(1), np.zeros(1), joins
+        )
+
+    hits = np.array([[True, False, True]])
+    assert word_hits(rows(None), hits, classes) == (1, 2)  # ▁a+b missed, ▁d right
+    assert word_hits(rows(None), np.array([[True, True, True]]), classes) == (2, 2)
+    # A segmenter's word ▁c+▁d: ▁d alone masked and right still counts the word once, right.
+    assert word_hits(rows(np.array([0, 0, 0, 0, 1, 0], np.int8)), hits, classes) == (1, 2)
+    assert word_hits(rows(np.array([0, 0, 0, 0, 1, 0], np.int8)), ~hits, classes) == (0, 2)
 
 
 def test_glue_name_without_glue_dir_is_refused(pipeline_run: PipelineRun, random_export: Path, tmp_path: Path) -> None:

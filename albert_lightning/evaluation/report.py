@@ -287,15 +287,18 @@ def markdown_table(report: dict[str, Any]) -> str:
         lines += ["", ACROSS_RUNS]
     lines += [
         "",
-        "| held-out shards | kind | MLM accuracy | most frequent token | sentence-pair accuracy |",
-        "|---|---|---|---|---|",
+        "| held-out shards | kind | MLM accuracy | most frequent token | MLM per whole word | sentence-pair accuracy |",
+        "|---|---|---|---|---|---|",
     ]
     for name, scores in report["intrinsic"].items():
         pair = scores[f"{scores['kind']}_accuracy"]
         # The accuracy a model that learnt only word frequencies gets: MLM accuracy means little below it.
         frequent = scores.get("mlm_most_frequent_accuracy")
         frequent_cell = "-" if frequent is None else f"{frequent:.3f}"
-        lines.append(f"| {name} | {scores['kind']} | {scores['mlm_accuracy']:.3f} | {frequent_cell} | {pair:.3f} |")
+        word = scores.get("mlm_word_accuracy")  # every masked piece of a word right (older reports lack it)
+        word_cell = "-" if word is None else f"{word:.3f}"
+        cells = f"{scores['mlm_accuracy']:.3f} | {frequent_cell} | {word_cell} | {pair:.3f}"
+        lines.append(f"| {name} | {scores['kind']} | {cells} |")
     if "leakage" in report:
         lines += ["", *leakage_lines(report["leakage"])]
     return "\n".join(lines) + "\n"
