@@ -29,16 +29,24 @@ thousand steps), or the CLUE tasks, whose files are not fetched here. Writes ben
 from __future__ import annotations
 
 import argparse
-import glob
 import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 from measure import REPO, machine
+from zh_runs import (
+    cut_documents,
+    downstream,
+    instances,
+    mean_sd,
+    seeds,
+    stage,
+    text_stages,
+    train_and_evaluate,
+    welch,
+)
 
 from albert_lightning.ablations.findings import Finding, check
 from albert_lightning.ablations.report import collect
@@ -48,92 +56,23 @@ from albert_lightning.pretraining.data import IGNORE_INDEX, ShardDataset
 from pipelines.algorithms.vocabulary import SentencePieceVocab, load_vocabulary
 
 KINDS = ("sentencepiece", "wordpiece")
-FIRST_SEED = 12345
 CLAIM = "google-research/albert#58: WordPiece did better than SentencePiece on Chinese reading comprehension"
 FINDING = Finding("wordpiece vs sentencepiece", CLAIM, "downstream", "wordpiece", "sentencepiece", kind="none")
 
 
-def _run(command: list[str], log: Path) -> None:
-    print("$", " ".join(command), flush=True)
-    with open(log, "a", encoding="utf-8") as out:
-        done = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode:
-        raise SystemExit(f"{command[2]} failed ({done.returncode}): see {log}")
-
-
-def _stage(name: str, *flags: str, log: Path) -> None:
-    _run([sys.executable, "-m", f"pipelines.{name}", *flags], log)
-
-
-def cut_documents(inputs: str, out: Path, paragraphs: int) -> str:
-    """Writes every input file's paragraphs (blank-line separated) as documents of ``paragraphs`` paragraphs, in
-    a folder named as the file's: a chapter's first sentences name its characters, which makes telling the two
-    books apart from a chapter's opening trivial (random weights score 1.0); a passage from inside a chapter is not,
-    and there are ten times more of them. Returns the glob of the documents written."""
-    for path in map(Path, sorted(glob.glob(inputs))):
-        parts = [p for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
-        folder = out / path.parent.name
-        folder.mkdir(parents=True, exist_ok=True)
-        for k in range(0, len(parts), paragraphs):
-            text = "\n\n".join(parts[k : k + paragraphs]).strip() + "\n"
-            (folder / f"{path.stem}-{k // paragraphs:03d}.txt").write_text(text, encoding="utf-8")
-    return f"{out}/*/*.txt"
-
-
 def data_stages(inputs: str, work: Path, budget: int, log: Path) -> dict[str, int]:
-    """Runs the data stages once (a finished stage's manifest or stats.json is kept); returns each vocabulary's
-    piece count."""
-    steps = [
-        ("corpus", work / "corpus", ["--inputs", inputs, "--label_field", "folder"]),
-        ("segment", work / "sentences", ["--input", str(work / "corpus"), "--language", "zh", "--lower_case", "false",
-                                         "--strip_accents", "false"]),
-        ("dedup", work / "deduped", ["--input", str(work / "sentences")]),
-        ("tasks", work / "tasks", ["--input", str(work / "deduped"), "--label_field", "folder"]),
-    ]  # fmt: skip
-    for name, output, flags in steps:
-        if not any(output.glob("*")):
-            _stage(name, *flags, "--output", str(output), log=log)
+    """Runs the data stages once (a finished stage's output is kept); returns each vocabulary's piece count."""
+    text_stages(inputs, work, log)
     sizes = {}
     for kind in ("wordpiece", "sentencepiece"):  # WordPiece first: SentencePiece gets the count it reached
         vocab = work / kind / "vocab"
         size = budget if kind == "wordpiece" else sizes["wordpiece"]
         if not (vocab / "stats.json").exists():
-            _stage("vocab", "--input", str(work / "deduped"), "--output", str(vocab), "--kind", kind,
-                   "--vocab_size", str(size), log=log)  # fmt: skip
+            stage("vocab", "--input", str(work / "deduped"), "--output", str(vocab), "--kind", kind,
+                  "--vocab_size", str(size), log=log)  # fmt: skip
         sizes[kind] = load_vocabulary(vocab).vocab_size
-        shards = work / kind / "shards"
-        if not (shards / "manifest.json").exists():
-            _stage("instances", "--input", str(work / "deduped"), "--spiece", str(vocab), "--output", str(shards),
-                   "--eval_output", str(work / kind / "eval_shards"), "--word_segmenter", "jieba", log=log)  # fmt: skip
+        instances(work, kind, vocab, log, "--word_segmenter", "jieba")
     return sizes
-
-
-def _replicates(runs: int, template: list[str], log: Path) -> None:
-    command = [sys.executable, "-m", "albert_lightning.ablations.replicates", "--seeds", str(runs), "--first_seed",
-               str(FIRST_SEED), "--", *template]  # fmt: skip
-    _run(command, log)
-
-
-def train_and_evaluate(work: Path, kind: str, runs: int, steps: int, log: Path) -> None:
-    """``runs`` pretraining runs of ``kind``'s shards and an evaluation of each, in ``work/runs/<kind>``."""
-    folder = work / "runs" / kind
-    seeds = [FIRST_SEED + i for i in range(runs)]
-    if not all((folder / "pretrain" / f"seed-{s}" / "checkpoints" / "last.ckpt").exists() for s in seeds):
-        fit = [sys.executable, "-m", "albert_lightning.fit", "--config", "configs/pretrain.yaml",
-               "--data.data_dir", str(work / kind / "shards"), "--trainer.max_steps", str(steps),
-               "--trainer.val_check_interval", str(steps), "--model.warmup_steps", str(max(1, steps // 10)),
-               "--seed_everything", "{seed}", "--data.seed", "{seed}", "--trainer.enable_progress_bar", "false",
-               "--trainer.default_root_dir", f"{folder}/pretrain/seed-{{seed}}"]  # fmt: skip
-        _replicates(runs, fit, log)
-    if not all((folder / "eval" / f"seed-{s}" / "metrics.json").exists() for s in seeds):
-        evaluate = [sys.executable, "-m", "albert_lightning.evaluate", "--params", "/dev/null",
-                    "--checkpoint", f"{folder}/pretrain/seed-{{seed}}/checkpoints/last.ckpt",
-                    "--spiece", str(work / kind / "vocab"), "--tasks", str(work / "tasks"),
-                    "--shards", str(work / kind / "eval_shards" / "sop"), "--output", f"{folder}/eval/seed-{{seed}}",
-                    "--seeds", "3", "--train_sizes", "32", "128", "--max_steps", "100", "--min_steps", "30",
-                    "--lrs", "0.002", "--batch_size", "32", "--intrinsic_batches", "64",
-                    "--bootstrap_resamples", "1000"]  # fmt: skip
-        _replicates(runs, evaluate, log)
 
 
 def _characters(vocab) -> np.ndarray:
@@ -166,39 +105,17 @@ def per_character(checkpoint: Path, shards: Path, vocab_folder: Path, batches: i
     return hit_chars / total, loss / total
 
 
-def welch(first: list[float], second: list[float]) -> dict[str, float]:
-    """first − second with its 95 % Welch t interval over the runs."""
-    from scipy import stats
-
-    difference = statistics.mean(first) - statistics.mean(second)
-    v1, v2 = statistics.variance(first) / len(first), statistics.variance(second) / len(second)
-    se = (v1 + v2) ** 0.5
-    df = (v1 + v2) ** 2 / (v1**2 / (len(first) - 1) + v2**2 / (len(second) - 1)) if se else 1.0
-    half = float(stats.t.ppf(0.975, df)) * se
-    return {"difference": difference, "low": difference - half, "high": difference + half}
-
-
-def _downstream(evaluation: dict) -> dict[str, float]:
-    """The task's dev accuracy at the largest training set: pretrained, random_init (medians over seeds)."""
-    # The book: the tasks stage's classification task (a span task needs docstrings, which novels lack)
-    task = next(t for t in evaluation["tasks"].values() if t["kind"] == "classification")
-    sizes = task["splits"]["dev"]["sizes"]
-    size = sizes[max(sizes, key=int)]
-    return {start: size[start][task["primary"]] for start in ("pretrained", "random_init")}
-
-
 def report(work: Path, runs: int) -> tuple[dict, list[str]]:
     figures: dict = {}
     for kind in KINDS:
         folder = work / "runs" / kind
         rows = []
-        for i in range(runs):
-            seed = f"seed-{FIRST_SEED + i}"
+        for seed in seeds(runs):
             accuracy, nats = per_character(folder / "pretrain" / seed / "checkpoints" / "last.ckpt",
                                            work / kind / "eval_shards" / "sop", work / kind / "vocab")  # fmt: skip
             evaluation = json.loads((folder / "eval" / seed / "metrics.json").read_text())
             intrinsic = next(iter(evaluation["intrinsic"].values()))
-            task = _downstream(evaluation)
+            task = downstream(evaluation)
             rows.append({"seed": seed, "mlm_char_accuracy": accuracy, "mlm_nats_per_char": nats,
                          "mlm_piece_accuracy": intrinsic["mlm_accuracy"], **task,
                          "gain": task["pretrained"] - task["random_init"]})  # fmt: skip
@@ -209,7 +126,7 @@ def report(work: Path, runs: int) -> tuple[dict, list[str]]:
         cells = []
         for m in measures:
             values = [r[m] for r in figures[kind]["runs"]]
-            cells.append(f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}")
+            cells.append(mean_sd(values))
         lines.append(f"| {kind} | {figures[kind]['vocab_size']:,} | " + " | ".join(cells) + " |")
     per_run = {m: [[r[m] for r in figures[k]["runs"]] for k in ("wordpiece", "sentencepiece")] for m in measures}
     differences = {m: welch(*per_run[m]) for m in ("mlm_char_accuracy", "mlm_nats_per_char", "gain")}
@@ -237,7 +154,7 @@ def main() -> None:
     sizes = data_stages(inputs, args.work, args.budget, log)
     print(f"vocabularies: {sizes}", flush=True)
     for kind in KINDS:
-        train_and_evaluate(args.work, kind, args.runs, args.steps, log)
+        train_and_evaluate(args.work, kind, args.work / kind / "vocab", args.runs, args.steps, log)
     figures, lines = report(args.work, args.runs)
     for line in lines:
         print(line)
