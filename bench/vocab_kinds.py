@@ -28,16 +28,14 @@ thousand steps), or the CLUE tasks, whose files are not fetched here. Writes ben
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
-from measure import REPO, machine
 from zh_runs import (
-    cut_documents,
+    arguments,
+    documents,
     downstream,
     instances,
     mean_sd,
@@ -46,6 +44,7 @@ from zh_runs import (
     text_stages,
     train_and_evaluate,
     welch,
+    write_results,
 )
 
 from albert_lightning.ablations.findings import Finding, check
@@ -139,38 +138,13 @@ def report(work: Path, runs: int) -> tuple[dict, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--inputs", required=True, help="glob of the corpus's text files, e.g. '/work/zh/*/*.txt'")
-    parser.add_argument("--work", type=Path, required=True, help="folder for the stages' outputs and the runs")
-    parser.add_argument("--budget", type=int, default=8000, help="WordPiece's vocab_size (the most pieces)")
-    parser.add_argument("--paragraphs", type=int, default=6, help="paragraphs per document (0: a file each)")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    log = args.work / "log.txt"
-    inputs = cut_documents(args.inputs, args.work / "text", args.paragraphs) if args.paragraphs else args.inputs
+    args = arguments(__doc__, {"budget": (int, 8000, "WordPiece's vocab_size (the most pieces)")})
+    inputs, log = documents(args)
     sizes = data_stages(inputs, args.work, args.budget, log)
     print(f"vocabularies: {sizes}", flush=True)
     for kind in KINDS:
         train_and_evaluate(args.work, kind, args.work / kind / "vocab", args.runs, args.steps, log)
-    figures, lines = report(args.work, args.runs)
-    for line in lines:
-        print(line)
-    settings = {
-        "inputs": args.inputs,
-        "paragraphs": args.paragraphs,
-        "budget": args.budget,
-        "runs": args.runs,
-        "steps": args.steps,
-    }
-    result = {"machine": machine(sys.argv), "settings": settings, **figures}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "vocab_kinds.json").write_text(json.dumps(result, indent=2) + "\n")
-    command = " ".join(sys.argv[1:])
-    text = "\n".join([f"`python bench/vocab_kinds.py {command}`", "", *lines]) + "\n"
-    (args.results / "vocab_kinds.md").write_text(text)
+    write_results("vocab_kinds", args, ["budget"], *report(args.work, args.runs))
 
 
 if __name__ == "__main__":

@@ -28,24 +28,11 @@ Writes bench/results/word_masking_gain.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-from measure import REPO, machine
-from zh_runs import (
-    cut_documents,
-    downstream,
-    instances,
-    mean_sd,
-    seeds,
-    stage,
-    text_stages,
-    train_and_evaluate,
-    welch,
-)
+import zh_runs
 
 from albert_lightning.ablations.findings import Finding, check
 from albert_lightning.ablations.report import collect
@@ -62,13 +49,13 @@ MEASURES = ("mlm_word_accuracy_wwm_rows", "mlm_piece_accuracy_char_rows", "pretr
 
 def data_stages(inputs: str, work: Path, vocab_size: int, coverage: float, log: Path) -> Path:
     """Runs the data stages once (a finished stage's output is kept); returns the vocabulary folder."""
-    text_stages(inputs, work, log)
+    zh_runs.text_stages(inputs, work, log)
     vocab = work / "vocab"
     if not (vocab / "stats.json").exists():
-        stage("vocab", "--input", str(work / "deduped"), "--output", str(vocab), "--vocab_size", str(vocab_size),
-              "--character_coverage", str(coverage), log=log)  # fmt: skip
+        sizes = ["--vocab_size", str(vocab_size), "--character_coverage", str(coverage)]
+        zh_runs.stage("vocab", "--input", str(work / "deduped"), "--output", str(vocab), *sizes, log=log)
     for masking in MASKINGS:
-        instances(work, masking, vocab, log, "--word_segmenter", masking)
+        zh_runs.instances(work, masking, vocab, log, "--word_segmenter", masking)
     return vocab
 
 
@@ -94,13 +81,13 @@ def report(work: Path, runs: int) -> tuple[dict, list[str]]:
     for masking in MASKINGS:
         folder = work / "runs" / masking
         rows = []
-        for seed in seeds(runs):
+        for seed in zh_runs.seeds(runs):
             evaluation = json.loads((folder / "eval" / seed / "metrics.json").read_text())
             own = next(iter(evaluation["intrinsic"].values()))  # this masking's held-out rows, scored by evaluate
             other = _held_out(folder / "pretrain" / seed / "checkpoints" / "last.ckpt",
                               work / MASKINGS[masking == "none"] / "eval_shards" / "sop")  # fmt: skip
             wwm, char = (own, other) if masking == "jieba" else (other, own)
-            task = downstream(evaluation)
+            task = zh_runs.downstream(evaluation)
             rows.append({"seed": seed, "mlm_word_accuracy_wwm_rows": wwm["mlm_word_accuracy"],
                          "mlm_piece_accuracy_char_rows": char["mlm_accuracy"], "wwm_words": wwm["mlm_words"],
                          "char_pieces": char["mlm_predictions"], **task,
@@ -108,11 +95,11 @@ def report(work: Path, runs: int) -> tuple[dict, list[str]]:
         figures[masking] = {"runs": rows}
     lines = ["| masking | " + " | ".join(MEASURES) + " |", "|---" * (len(MEASURES) + 1) + "|"]
     for masking in MASKINGS:
-        cells = [mean_sd([r[m] for r in figures[masking]["runs"]]) for m in MEASURES]
+        cells = [zh_runs.mean_sd([r[m] for r in figures[masking]["runs"]]) for m in MEASURES]
         lines.append(f"| {masking} | " + " | ".join(cells) + " |")
     per_run = {m: [[r[m] for r in figures[k]["runs"]] for k in ("jieba", "none")] for m in MEASURES}
     differences = {
-        m: welch(*per_run[m]) for m in ("mlm_word_accuracy_wwm_rows", "mlm_piece_accuracy_char_rows", "gain")
+        m: zh_runs.welch(*per_run[m]) for m in ("mlm_word_accuracy_wwm_rows", "mlm_piece_accuracy_char_rows", "gain")
     }
     (finding,) = check({r.name: r.evidence for r in collect(work / "runs")}, (FINDING,))
     differences["downstream_bootstrap"] = {k: finding[k] for k in ("difference", "low", "high")}
@@ -135,31 +122,15 @@ def report(work: Path, runs: int) -> tuple[dict, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--inputs", required=True, help="glob of the corpus's text files, e.g. '/work/zh/*/*.txt'")
-    parser.add_argument("--work", type=Path, required=True, help="folder for the stages' outputs and the runs")
-    parser.add_argument("--vocab_size", type=int, default=8000)
-    parser.add_argument("--character_coverage", type=float, default=0.9995)
-    parser.add_argument("--paragraphs", type=int, default=6, help="paragraphs per document (0: a file each)")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
-    args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    log = args.work / "log.txt"
-    inputs = cut_documents(args.inputs, args.work / "text", args.paragraphs) if args.paragraphs else args.inputs
+    coverage = (float, 0.9995, "the vocab stage's character_coverage")
+    args = zh_runs.arguments(__doc__, {"vocab_size": (int, 8000, "pieces"), "character_coverage": coverage})
+    inputs, log = zh_runs.documents(args)
     vocab = data_stages(inputs, args.work, args.vocab_size, args.character_coverage, log)
     for masking in MASKINGS:
-        train_and_evaluate(args.work, masking, vocab, args.runs, args.steps, log)
-    figures, lines = report(args.work, args.runs)
-    for line in lines:
-        print(line)
-    settings = {key: getattr(args, key) for key in ("paragraphs", "vocab_size", "character_coverage", "runs", "steps")}
-    result = {"machine": machine(sys.argv), "settings": {"inputs": args.inputs, **settings}, **figures}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "word_masking_gain.json").write_text(json.dumps(result, indent=2) + "\n")
-    text = "\n".join([f"`python bench/word_masking_gain.py {' '.join(sys.argv[1:])}`", "", *lines]) + "\n"
-    (args.results / "word_masking_gain.md").write_text(text)
+        zh_runs.train_and_evaluate(args.work, masking, vocab, args.runs, args.steps, log)
+    zh_runs.write_results(
+        "word_masking_gain", args, ["vocab_size", "character_coverage"], *report(args.work, args.runs)
+    )
 
 
 if __name__ == "__main__":

@@ -9,13 +9,15 @@ reads them.
 
 from __future__ import annotations
 
+import argparse
 import glob
+import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from measure import REPO
+from measure import REPO, machine
 
 FIRST_SEED = 12345
 
@@ -124,3 +126,37 @@ def downstream(evaluation: dict) -> dict[str, float]:
 
 def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def arguments(doc: str, add: dict[str, tuple[type, object, str]]) -> argparse.Namespace:
+    """Parses a comparison's command line: the corpus, work folder, documents, runs and steps, and ``add``'s
+    options (name → type, default, help)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--inputs", required=True, help="glob of the corpus's text files, e.g. '/work/zh/*/*.txt'")
+    parser.add_argument("--work", type=Path, required=True, help="folder for the stages' outputs and the runs")
+    for name, (kind, default, text) in add.items():
+        parser.add_argument(f"--{name}", type=kind, default=default, help=text)
+    parser.add_argument("--paragraphs", type=int, default=6, help="paragraphs per document (0: a file each)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    return parser.parse_args()
+
+
+def documents(args: argparse.Namespace) -> tuple[str, Path]:
+    """Makes the work folder and cuts the documents; returns their glob and the stages' log."""
+    args.work.mkdir(parents=True, exist_ok=True)
+    inputs = cut_documents(args.inputs, args.work / "text", args.paragraphs) if args.paragraphs else args.inputs
+    return inputs, args.work / "log.txt"
+
+
+def write_results(name: str, args: argparse.Namespace, settings: list[str], figures: dict, lines: list[str]) -> None:
+    """Prints ``lines`` and writes bench/results/<name>.json (with ``settings``' values) and .md."""
+    for line in lines:
+        print(line)
+    values = {key: getattr(args, key) for key in ["inputs", "paragraphs", *settings, "runs", "steps"]}
+    result = {"machine": machine(sys.argv), "settings": values, **figures}
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    text = "\n".join([f"`python bench/{name}.py {' '.join(sys.argv[1:])}`", "", *lines]) + "\n"
+    (args.results / f"{name}.md").write_text(text)
