@@ -230,7 +230,10 @@ def test_a_vocabulary_is_a_file_or_the_one_file_of_a_folder(trained, tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"{folder}: no spiece\.model or vocab\.txt"):
         load_vocabulary(folder)
     (folder / "vocab.txt").write_bytes(trained.vocab_txt())
+    (folder / "tokenizer_config.json").mkdir()  # a folder of the config's name is no config: defaults, not a crash
+    (folder / "spiece.model").mkdir()  # nor is a folder of a vocabulary's name a second vocabulary
     assert load_vocabulary(folder).pieces == load_vocabulary(folder / "vocab.txt").pieces == trained.pieces
+    (folder / "spiece.model").rmdir()
     with pytest.raises(ValueError, match=rf"vocab\.txt: {trained.vocab_size} pieces, but ckpt has vocab_size 30000"):
         load_vocabulary(folder, 30000, "ckpt")
     (folder / "spiece.model").write_bytes(b"")

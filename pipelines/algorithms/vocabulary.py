@@ -111,7 +111,7 @@ def token_classes(vocab: Vocabulary) -> TokenClasses:
 
 def vocabulary_file(
     path: str,
-    exists: Callable[[str], bool] = os.path.exists,
+    exists: Callable[[str], bool] = os.path.isfile,
     join: Callable[[str, str], str] = os.path.join,
 ) -> str:
     """Returns ``path`` when it names a vocabulary file, else the one vocabulary file in folder ``path`` (the vocab
@@ -153,20 +153,20 @@ def load_vocabulary(path: str | os.PathLike, vocab_size: int | None = None, mode
 
 def read_vocabulary(
     path: str,
-    exists: Callable[[str], bool] = os.path.exists,
+    exists: Callable[[str], bool] = os.path.isfile,
     join: Callable[[str, str], str] = os.path.join,
     read_bytes: Callable[[str], bytes] = lambda local: Path(local).read_bytes(),
 ) -> tuple[str, bytes, dict | None, str]:
     """Reads the vocabulary file of ``path`` (``vocabulary_file``) and, for a vocab.txt, the tokenizer_config.json
     beside it: ``vocabulary_from_bytes``'s arguments. ``exists``, ``join`` and ``read_bytes`` are the file
-    system's (Beam's for a bucket).
+    system's (Beam's for a bucket); a local folder of a vocabulary's name is not a file of it.
 
     Raises:
         FileNotFoundError: naming the folder, when it holds no vocabulary file.
         ValueError: naming the folder, when it holds both kinds; naming the config, when it is not a JSON object.
     """
     path = vocabulary_file(path, exists, join)
-    name = VOCAB_FILES[[path.endswith(name) for name in VOCAB_FILES].index(True)]
+    name = os.path.basename(path)
     tokenizer = None
     if name == VOCAB_TXT:
         config = path[: -len(VOCAB_TXT)] + CONFIG  # beside it, on any file system's separator
